@@ -1,0 +1,292 @@
+"""The ``planner`` command line.
+
+Exit codes: 0 success; 2 bad input (one line naming the field, the value and what is allowed);
+3 infeasible (the strategy or problem does not fit, with the reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+from rich.console import Console
+
+import hardware_catalog
+from planner import report
+from planner.api import as_model, as_system, evaluate
+from planner.errors import InputError, describe_validation_error
+from planner.specs import JobSpec, Strategy
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line, exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _positive_int(text) if text.strip() != "0" else 0
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0")
+    return value
+
+
+def _add_problem_args(parser: argparse.ArgumentParser) -> None:
+    """--model, --system and the job's flags, shared by every command that takes a problem."""
+    parser.add_argument("--model", required=True, help="catalog name or path to a spec file")
+    parser.add_argument("--system", required=True, help="catalog name or path to a spec file")
+    parser.add_argument("--gpus", type=_positive_int, help="GPU count (default: tp·pp·dp)")
+    parser.add_argument(
+        "--global-batch", type=_positive_int, required=True, help="sequences per optimizer step"
+    )
+    parser.add_argument("--seq-len", type=_positive_int, help="default: the model's")
+    parser.add_argument("--precision", choices=["bf16", "fp8"], default="bf16")
+    parser.add_argument(
+        "--grad-dtype",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="gradient accumulation / reduction precision (Megatron: fp32)",
+    )
+    parser.add_argument(
+        "--attention",
+        choices=["flash", "materialized"],
+        default="flash",
+        help="flash: fused kernel; materialized: s×s scores in memory (2021-22)",
+    )
+    parser.add_argument(
+        "--train-tokens",
+        type=_positive_float,
+        help="token budget: report time and GPU-hours to train it",
+    )
+    parser.add_argument(
+        "--hbm-reserve-gib",
+        type=float,
+        default=2.0,
+        help="HBM kept for CUDA context, NCCL and allocator (default 2)",
+    )
+    parser.add_argument(
+        "--hbm-usable-fraction",
+        type=_positive_float,
+        default=0.95,
+        help="share of HBM a plan may use (default 0.95)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tp", type=_positive_int, default=1, help="tensor parallel size")
+    parser.add_argument("--pp", type=_positive_int, default=1, help="pipeline parallel size")
+    parser.add_argument(
+        "--dp", type=_positive_int, help="data parallel size (default: from --gpus)"
+    )
+    parser.add_argument("--micro-batch", type=_positive_int, default=1)
+    parser.add_argument(
+        "--interleave", type=_positive_int, default=1, help="virtual pipeline stages per rank"
+    )
+    parser.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
+    parser.add_argument("--sequence-parallel", action="store_true")
+    parser.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], default=0)
+    for what in ("weights", "activations", "optimizer"):
+        parser.add_argument(
+            f"--offload-{what}",
+            type=_non_negative_int,
+            default=0,
+            metavar="TIER",
+            help=f"memory tier to hold the {what} (0: HBM)",
+        )
+    parser.add_argument(
+        "--no-dp-overlap", action="store_true", help="do not overlap DP communication with compute"
+    )
+    parser.add_argument(
+        "--tp-overlap", action="store_true", help="overlap TP communication with the GEMMs"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="planner", description=__doc__.splitlines()[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    catalog = commands.add_parser("catalog", help="list or show built-in systems and models")
+    catalog.add_argument("what", choices=["systems", "models", "show"])
+    catalog.add_argument("name", nargs="?", help="with show: a system or model name")
+    catalog.add_argument("--json", action="store_true")
+
+    evaluate_cmd = commands.add_parser("evaluate", help="predict one strategy's step time")
+    _add_problem_args(evaluate_cmd)
+    _add_strategy_args(evaluate_cmd)
+    return parser
+
+
+def _job(args: argparse.Namespace) -> JobSpec:
+    fields = {
+        "global_batch": args.global_batch,
+        "seq_len": args.seq_len,
+        "precision": args.precision,
+        "grad_dtype": args.grad_dtype,
+        "attention": args.attention,
+        "train_tokens": args.train_tokens,
+        "hbm_reserve_gib": args.hbm_reserve_gib,
+        "hbm_usable_fraction": args.hbm_usable_fraction,
+    }
+    try:
+        return JobSpec(**fields)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(error, "job")) from None
+
+
+def _strategy(args: argparse.Namespace) -> Strategy:
+    dp = args.dp
+    if dp is None:
+        if args.gpus is None:
+            dp = 1
+        elif args.gpus % (args.tp * args.pp):
+            raise InputError(
+                f"--gpus = {args.gpus} is not divisible by tp·pp = {args.tp}·{args.pp} = "
+                f"{args.tp * args.pp}"
+            )
+        else:
+            dp = args.gpus // (args.tp * args.pp)
+    return Strategy(
+        tp=args.tp,
+        pp=args.pp,
+        dp=dp,
+        micro_batch=args.micro_batch,
+        interleave=args.interleave,
+        recompute=args.recompute,
+        sequence_parallel=args.sequence_parallel,
+        zero_stage=args.zero_stage,
+        offload_weights=args.offload_weights,
+        offload_activations=args.offload_activations,
+        offload_optimizer=args.offload_optimizer,
+        dp_overlap=not args.no_dp_overlap,
+        tp_overlap=args.tp_overlap,
+    )
+
+
+def _print_json(payload: object) -> None:
+    print(json.dumps(payload, indent=2, sort_keys=False))
+
+
+def run_catalog(args: argparse.Namespace, console: Console) -> int:
+    if args.what == "systems":
+        systems = [hardware_catalog.load_system(n) for n in hardware_catalog.system_names()]
+        if args.json:
+            _print_json([s.model_dump(mode="json") for s in systems])
+        else:
+            console.print(report.systems_table(systems))
+        return EXIT_OK
+    if args.what == "models":
+        models = [hardware_catalog.load_model(n) for n in hardware_catalog.model_names()]
+        if args.json:
+            _print_json([{**m.model_dump(mode="json"), "params": m.params} for m in models])
+        else:
+            console.print(report.models_table(models))
+        return EXIT_OK
+    if not args.name:
+        raise InputError("catalog show needs a name, e.g. `planner catalog show dgx-h100`")
+    spec = _find_any(args.name)
+    data = spec.model_dump(mode="json")
+    if args.json:
+        _print_json(data)
+        return EXIT_OK
+    title = f"{spec.name}: {spec.description}" if spec.description else spec.name
+    console.print(report.spec_table(title, data, spec.sources))
+    if hasattr(spec, "params"):
+        console.print(f"parameters: {report.format_params(spec.params)} ({spec.params:,})")
+    if spec.aliases:
+        console.print(f"aliases: {', '.join(spec.aliases)}")
+    return EXIT_OK
+
+
+def _find_any(name: str):
+    """A system or model by name; the error names both catalogs."""
+    try:
+        return hardware_catalog.load_system(name)
+    except InputError as system_error:
+        try:
+            return hardware_catalog.load_model(name)
+        except InputError:
+            raise InputError(str(system_error).replace("system", "system or model", 1)) from None
+
+
+def run_evaluate(args: argparse.Namespace, console: Console) -> int:
+    model, system = as_model(args.model), as_system(args.system)
+    job = _job(args)
+    strategy = _strategy(args)
+    if args.gpus is not None and strategy.gpus != args.gpus:
+        raise InputError(
+            f"tp·pp·dp = {strategy.tp}·{strategy.pp}·{strategy.dp} = {strategy.gpus} "
+            f"must equal --gpus = {args.gpus}"
+        )
+    estimate = evaluate(model, system, job, strategy)
+    if args.json:
+        _print_json(
+            {
+                "model": model.name,
+                "system": system.name,
+                "job": job.model_dump(mode="json"),
+                "strategy": strategy.model_dump(mode="json"),
+                "estimate": estimate.model_dump(mode="json"),
+            }
+        )
+    else:
+        console.print(
+            f"[bold]{model.name}[/] ({report.format_params(model.params)}) on "
+            f"[bold]{system.name}[/], global batch {job.global_batch}, "
+            f"sequence {job.seq_len_for(model)}"
+        )
+        report.print_estimate(console, estimate, strategy, system)
+    return EXIT_OK if estimate.fits else EXIT_INFEASIBLE
+
+
+COMMANDS = {"catalog": run_catalog, "evaluate": run_evaluate}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    console = Console()
+    errors = Console(stderr=True)
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args, console)
+    except InputError as error:
+        errors.print(f"planner: error: {error}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+    except ValidationError as error:
+        errors.print(
+            f"planner: error: {describe_validation_error(error, 'input')}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        errors.print("planner: interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Memory per GPU: activations (Korthikanti et al. 2022) and model state (ZeRO, Rajbhandari
+et al. 2020), for the first and the last pipeline stage.
+
+Activations stored per block per micro-batch, in bytes (16-bit activations, 1-byte dropout masks),
+generalised from Korthikanti et al. §4 to grouped-query attention (k KV heads) and SwiGLU:
+
+- replicated over TP ranks unless sequence parallelism splits them: two layer-norm inputs
+  (4·sbh), the QKV and FFN inputs (4·sbh), two dropout masks (2·sbh, if the model uses dropout);
+- split over t: Q (2·sbh), K and V (4·sbh·k/a), the output-projection input (2·sbh) (Q and that
+  input scale by a·d_h/h where the attention width differs from h), the FFN
+  intermediates (GeLU 4·sbf: its input and output; SwiGLU 6·sbf: gate, up and their product);
+- the attention core, split over t: softmax output (2·as²b), its dropout mask (as²b) and output
+  (2·as²b) — dropped by selective recompute and by flash attention.
+
+For GPT shapes (k = a, f = 4h, GeLU, dropout) this is s·b·h·(34 + 5·a·s/h) with no parallelism,
+s·b·h·(10 + 24/t + 5·a·s/(h·t)) with TP, and s·b·h·(34 + 5·a·s/h)/t with TP + SP (their eq. 1–4).
+Full recompute keeps only each block's input, 2·sbh (÷t with SP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.context import ACTIVATION_BYTES, OPTIMIZER_BYTES_PER_PARAM, CostContext
+from planner.cost.flops import ArrayLike, kv_heads_per_rank
+
+OFFLOAD_WORKING_BLOCKS = 3
+"""Blocks resident in HBM when a tensor kind is offloaded: the one being computed, the next one
+being prefetched and the previous one being written back (Calculon's tensor offloading)."""
+ZERO3_GATHERED_BLOCKS = 2
+"""Blocks whose ZeRO-3 shards are gathered at once: the current one and the prefetched next."""
+
+
+def block_activation_bytes(
+    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, recompute: ArrayLike, sp: ArrayLike
+) -> np.ndarray:
+    """Activation bytes one block stores per micro-batch on one rank (formulas above).
+    Depends on (tp, micro_batch, recompute, sequence_parallel)."""
+    m, s = ctx.model, ctx.seq_len
+    t = np.asarray(tp, dtype=float)
+    split = np.asarray(sp, dtype=bool)
+    sbh = np.asarray(mb, dtype=float) * s * m.hidden
+    mask = 1 if m.dropout else 0
+    replicated = (8 + 2 * mask) * sbh
+    ffn_units = (6 if m.ffn_kind == "swiglu" else 4) * m.ffn_hidden / m.hidden
+    q_units = m.attention_width / m.hidden  # 1 unless head_dim · heads differs from hidden
+    kv_units = kv_heads_per_rank(ctx, tp) * t * m.head_dim / m.hidden  # k·d_h/h (KV replicated
+    # when t > k)
+    sharded = (4 * q_units + 4 * kv_units + ffn_units) * sbh / t
+    core = (4 + mask) * m.heads * s * sbh / m.hidden / t
+    code = np.asarray(recompute)
+    keep_core = (code == 0) & (not ctx.flash)
+    whole = np.where(split, replicated / t, replicated) + sharded + np.where(keep_core, core, 0.0)
+    block_input = np.where(split, ACTIVATION_BYTES * sbh / t, ACTIVATION_BYTES * sbh)
+    return np.where(code == 2, block_input, whole)
+
+
+def in_flight_micro_batches(
+    pp: ArrayLike, interleave: ArrayLike, micro_batches: ArrayLike
+) -> np.ndarray:
+    """Micro-batches whose activations the first stage holds at once under 1F1B: min(n, p),
+    times 1 + (p − 1)/(p·v) with the interleaved schedule (Korthikanti et al. §4.2.3)."""
+    p = np.asarray(pp, dtype=float)
+    v = np.asarray(interleave, dtype=float)
+    factor = np.where(v > 1, 1 + (p - 1) / (p * v), 1.0)
+    return np.minimum(np.asarray(micro_batches, dtype=float), p) * factor
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters held by one rank of a stage: its blocks' share and its embedding/head share."""
+
+    blocks: np.ndarray
+    block: np.ndarray
+    """One block's parameters on one TP rank."""
+    extra: np.ndarray
+    """Input embedding and/or LM head on this rank (vocab-parallel over t)."""
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.blocks + self.extra
+
+
+def block_params_per_rank(ctx: CostContext, tp: ArrayLike) -> np.ndarray:
+    """One block's parameters on one TP rank (KV projections replicated when t > k)."""
+    m = ctx.model
+    t = np.asarray(tp, dtype=float)
+    kv_cols = 2 * m.head_dim * m.kv_heads
+    replicated_kv = 2 * m.head_dim * kv_heads_per_rank(ctx, tp) * t - kv_cols
+    return (m.block_params + m.hidden * replicated_kv) / t
+
+
+def stage_params(ctx: CostContext, tp: ArrayLike, pp: ArrayLike, last: bool) -> StageParams:
+    """Parameters per rank on the first (``last=False``) or last pipeline stage.
+
+    The first stage holds the input embedding, the last the LM head (a tied copy when p > 1, as
+    Megatron does). With p = 1 the one stage holds both (one matrix when tied)."""
+    m = ctx.model
+    t = np.asarray(tp, dtype=float)
+    p = np.asarray(pp, dtype=float)
+    block = block_params_per_rank(ctx, tp)
+    matrix = m.vocab * m.hidden / t
+    single_stage = matrix * (1 if m.tied_embeddings else 2)
+    extra = np.where(p == 1, single_stage, matrix) + (2 * m.hidden if last else 0)
+    return StageParams(blocks=block * m.layers / p, block=block, extra=extra)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU of one pipeline stage, by item, in HBM and in each offload tier."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    logits: np.ndarray
+    reserve: np.ndarray
+    offloaded: tuple[np.ndarray, ...]
+    """Bytes per GPU in offload tier 1, 2, ... (index 0 is tier 1)."""
+    offloaded_items: tuple[dict[str, np.ndarray], ...]
+
+    @property
+    def hbm_total(self) -> np.ndarray:
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.logits
+            + self.reserve
+        )
+
+    def items(self) -> dict[str, np.ndarray]:
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "logits": self.logits,
+            "reserve": self.reserve,
+        }
+
+
+def stage_memory(
+    ctx: CostContext,
+    k: dict[str, np.ndarray],
+    micro_batches: np.ndarray,
+    last: bool,
+) -> StageMemory:
+    """Memory of the first or last stage for knob arrays ``k`` (keys as in step.Knobs).
+
+    Model state per rank: weights e·P, gradients g·P, optimizer 12·P; ZeRO-1 divides the
+    optimizer by d, ZeRO-2 also the gradients, ZeRO-3 also the weights (plus the gathered
+    blocks). Offloading a kind of tensor keeps its working set (three blocks) in HBM and the
+    rest in the offload tier; the embedding and LM head stay in HBM."""
+    e, g = ACTIVATION_BYTES, ctx.grad_bytes
+    d = np.asarray(k["dp"], dtype=float)
+    zero = np.asarray(k["zero_stage"])
+    params = stage_params(ctx, k["tp"], k["pp"], last)
+    blocks_per_stage = ctx.model.layers / np.asarray(k["pp"], dtype=float)
+
+    weight_shard = np.where((zero >= 3) & (d > 1), 1 / d, 1.0)
+    grad_shard = np.where(zero >= 2, 1 / d, 1.0)
+    optim_shard = np.where(zero >= 1, 1 / d, 1.0)
+
+    gathered = (
+        np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * params.block * (1 - weight_shard)
+    )
+    weights_resident = e * (params.total * weight_shard + gathered)
+    working = np.minimum(OFFLOAD_WORKING_BLOCKS, blocks_per_stage) * params.block
+    weights_offloaded = e * params.blocks * weight_shard
+    weights_hbm_when_off = e * (working + params.extra * weight_shard)
+    grads_resident = g * params.total * grad_shard
+    grads_offloaded = g * params.blocks * grad_shard
+    grads_hbm_when_off = g * (working + params.extra * grad_shard)
+
+    per_block = block_activation_bytes(
+        ctx, k["tp"], k["micro_batch"], k["recompute"], k["sequence_parallel"]
+    )
+    if last:
+        in_flight = np.ones_like(np.asarray(micro_batches, dtype=float))
+    else:
+        in_flight = in_flight_micro_batches(k["pp"], k["interleave"], micro_batches)
+    stored = blocks_per_stage * per_block * in_flight
+    # Full recompute rebuilds one block's whole activations during its backward.
+    rebuilt = np.where(
+        np.asarray(k["recompute"]) == 2,
+        block_activation_bytes(ctx, k["tp"], k["micro_batch"], 0, k["sequence_parallel"]),
+        0.0,
+    )
+    act_working = np.minimum(OFFLOAD_WORKING_BLOCKS, blocks_per_stage) * per_block
+
+    off_w = np.asarray(k["offload_weights"])
+    off_a = np.asarray(k["offload_activations"])
+    off_o = np.asarray(k["offload_optimizer"])
+    optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM * params.total * optim_shard
+
+    weights = np.where(off_w > 0, weights_hbm_when_off, weights_resident)
+    gradients = np.where(off_w > 0, grads_hbm_when_off, grads_resident)
+    optimizer = np.where(off_o > 0, 0.0, optimizer_bytes)
+    activations = np.where(off_a > 0, act_working, stored) + rebuilt
+    logits = (
+        4.0
+        * np.asarray(k["micro_batch"], dtype=float)
+        * ctx.seq_len
+        * ctx.model.vocab
+        / np.asarray(k["tp"], dtype=float)
+        if last
+        else np.zeros(())
+    )
+    reserve = np.asarray(ctx.job.hbm_reserve_gib * float(1 << 30))
+
+    offloaded, offloaded_items = [], []
+    for tier in range(1, len(ctx.system.memory_tiers)):
+        items = {
+            "weights": np.where(off_w == tier, weights_offloaded, 0.0),
+            "gradients": np.where(off_w == tier, grads_offloaded, 0.0),
+            "optimizer": np.where(off_o == tier, optimizer_bytes, 0.0),
+            "activations": np.where(off_a == tier, stored, 0.0),
+        }
+        offloaded_items.append(items)
+        offloaded.append(sum(items.values()))
+    return StageMemory(
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=activations,
+        logits=logits,
+        reserve=reserve,
+        offloaded=tuple(offloaded),
+        offloaded_items=tuple(offloaded_items),
+    )

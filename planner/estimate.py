@@ -1,0 +1,117 @@
+"""The report of one strategy: step time, its breakdown, memory per tier, efficiency, and the
+time and GPU-hours to train a token budget. This is the ``estimate`` object of ``--json``."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.step import StepTerms
+
+
+class TrainingTime(BaseModel):
+    """Time to train ``tokens`` at the strategy's throughput."""
+
+    tokens: float
+    steps: float
+    time_s: float
+    days: float
+    gpu_hours: float
+    cost_usd: float | None = None
+
+
+class Estimate(BaseModel):
+    """What the cost model predicts for one strategy (all floats, JSON-ready)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step_time_s: float
+    mfu: float
+    hfu: float
+    tokens_per_s: float
+    micro_batches: int
+    model_tflop_per_step: float
+    breakdown_s: dict[str, float]
+    memory_gib: dict[str, dict[str, float]]
+    most_loaded_stage: str
+    fits: bool
+    overflows: list[str]
+    warnings: list[str]
+    training: TrainingTime | None = None
+
+
+def _scalar(value: object) -> float:
+    return float(value)  # type: ignore[arg-type]
+
+
+def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list[str]) -> Estimate:
+    """Turn the cost model's terms for a single strategy into an Estimate."""
+    first, last = terms.first_stage, terms.last_stage
+    stage = first if _scalar(first.hbm_total) >= _scalar(last.hbm_total) else last
+    memory: dict[str, dict[str, float]] = {}
+    overflows: list[str] = []
+    hbm = ctx.system.hbm
+    usable = hbm.capacity_gib * ctx.job.hbm_usable_fraction
+    hbm_items = {name: _scalar(value) / BYTES_PER_GIB for name, value in stage.items().items()}
+    hbm_total = _scalar(terms.hbm_bytes) / BYTES_PER_GIB
+    memory["hbm"] = {
+        **hbm_items,
+        "total": hbm_total,
+        "capacity": hbm.capacity_gib,
+        "usable": usable,
+        "headroom": usable - hbm_total,
+    }
+    if hbm_total > usable:
+        overflows.append(
+            f"HBM: needs {hbm_total:.1f} GiB per GPU, {usable:.1f} GiB usable "
+            f"({ctx.job.hbm_usable_fraction:.0%} of {hbm.capacity_gib:g} GiB): "
+            f"over by {hbm_total - usable:.1f} GiB"
+        )
+    for index, tier in enumerate(ctx.system.offload_tiers, start=1):
+        items = {
+            name: _scalar(value) / BYTES_PER_GIB
+            for name, value in stage.offloaded_items[index - 1].items()
+        }
+        total = _scalar(terms.offload_bytes(index)) / BYTES_PER_GIB
+        memory[f"offload_{index}"] = {
+            **items,
+            "total": total,
+            "capacity": tier.capacity_gib,
+            "usable": tier.capacity_gib,
+            "headroom": tier.capacity_gib - total,
+        }
+        if total > tier.capacity_gib:
+            overflows.append(
+                f"offload tier {index} ({tier.name}): needs {total:.1f} GiB per GPU, has "
+                f"{tier.capacity_gib:g} GiB: over by {total - tier.capacity_gib:.1f} GiB"
+            )
+    step = _scalar(terms.step_time_s)
+    tokens_per_s = _scalar(terms.tokens_per_s)
+    training = None
+    if ctx.job.train_tokens:
+        time_s = ctx.job.train_tokens / tokens_per_s
+        gpu_hours = time_s * gpus / 3600
+        price = ctx.system.gpu_hour_usd
+        training = TrainingTime(
+            tokens=ctx.job.train_tokens,
+            steps=ctx.job.train_tokens / (ctx.job.global_batch * ctx.seq_len),
+            time_s=time_s,
+            days=time_s / 86400,
+            gpu_hours=gpu_hours,
+            cost_usd=gpu_hours * price if price else None,
+        )
+    return Estimate(
+        step_time_s=step,
+        mfu=_scalar(terms.mfu),
+        hfu=_scalar(terms.hfu),
+        tokens_per_s=tokens_per_s,
+        micro_batches=round(_scalar(terms.micro_batches)),
+        model_tflop_per_step=terms.model_flops / 1e12,
+        breakdown_s={name: _scalar(value) for name, value in terms.breakdown().items()},
+        memory_gib=memory,
+        most_loaded_stage="first" if stage is first else "last",
+        fits=not overflows,
+        overflows=overflows,
+        warnings=warnings,
+        training=training,
+    )

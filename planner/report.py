@@ -1,0 +1,210 @@
+"""Rich tables for the terminal: catalog listings, a strategy, its step-time breakdown and its
+memory per tier."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.estimate import Estimate
+from planner.specs import ModelSpec, Strategy, SystemSpec
+
+BREAKDOWN_LABELS = {
+    "forward": "forward compute",
+    "backward": "backward compute",
+    "recompute": "recompute",
+    "tp_comm": "TP communication (exposed)",
+    "pp_comm": "PP communication",
+    "offload": "offload (exposed)",
+    "bubble": "pipeline bubble",
+    "dp_comm": "DP communication (exposed)",
+    "optimizer": "optimizer step",
+}
+
+
+def systems_table(systems: list[SystemSpec]) -> Table:
+    table = Table(title="Systems", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    for column in (
+        "accelerator",
+        "bf16 TFLOP/s",
+        "HBM GiB",
+        "HBM GB/s",
+        "offload",
+        "scale-up",
+        "scale-out GB/s",
+        "max GPUs",
+    ):
+        table.add_column(column, justify="left" if column == "accelerator" else "right")
+    for s in systems:
+        offload = (
+            ", ".join(
+                f"{t.capacity_gib:g} GiB @ {t.bandwidth_gbps:g} GB/s" for t in s.offload_tiers
+            )
+            or "-"
+        )
+        up = s.network_tiers[0]
+        scale_up = f"{up.domain_gpus or 'all'} × {up.bandwidth_gbps:g} GB/s"
+        table.add_row(
+            s.name,
+            s.accelerator.name,
+            f"{s.accelerator.peak_tflops['bf16']:g}",
+            f"{s.hbm.capacity_gib:g}",
+            f"{s.hbm.bandwidth_gbps:g}",
+            offload,
+            scale_up,
+            f"{s.network_tiers[-1].bandwidth_gbps:g}",
+            str(s.max_gpus or "-"),
+        )
+    return table
+
+
+def models_table(models: list[ModelSpec]) -> Table:
+    table = Table(title="Models", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    for column in ("params", "hidden", "layers", "heads", "kv", "ffn", "kind", "vocab", "seq"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for m in sorted(models, key=lambda m: m.params):
+        table.add_row(
+            m.name,
+            format_params(m.params),
+            str(m.hidden),
+            str(m.layers),
+            str(m.heads),
+            str(m.kv_heads),
+            str(m.ffn_hidden),
+            m.ffn_kind,
+            str(m.vocab),
+            str(m.seq_len),
+        )
+    return table
+
+
+def format_params(params: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if params >= scale:
+            return f"{params / scale:.3g}{suffix}"
+    return f"{params:.0f}"
+
+
+def spec_table(title: str, data: dict, sources: dict[str, str]) -> Table:
+    """Every field of a spec, flattened, with the source that covers it."""
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", justify="right")
+    table.add_column("source", overflow="fold")
+    for path, value in flatten(data):
+        table.add_row(path, str(value), source_for(path, sources))
+    return table
+
+
+def flatten(data: object, prefix: str = "") -> list[tuple[str, object]]:
+    """(dotted path, leaf value) pairs; list items as ``name[i]``."""
+    if isinstance(data, dict):
+        rows: list[tuple[str, object]] = []
+        for key, value in data.items():
+            if key in ("sources", "aliases", "description", "name") and not prefix:
+                continue
+            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return rows
+    if isinstance(data, list | tuple) and data and isinstance(data[0], dict):
+        rows = []
+        for index, item in enumerate(data):
+            rows += flatten(item, f"{prefix}[{index}]")
+        return rows
+    return [(prefix, data)]
+
+
+def source_for(path: str, sources: dict[str, str]) -> str:
+    """The source whose key (a comma-separated list of paths) names ``path`` or a prefix of it."""
+    for keys, text in sources.items():
+        for key in (k.strip() for k in keys.split(",")):
+            if path == key or path.startswith(key + ".") or path.startswith(key + "["):
+                return text
+    return ""
+
+
+def strategy_table(strategy: Strategy) -> Table:
+    table = Table(title=f"Strategy: {strategy.describe()}", title_justify="left")
+    table.add_column("knob")
+    table.add_column("value", justify="right")
+    for name, value in strategy.model_dump().items():
+        table.add_row(name, str(value))
+    return table
+
+
+def breakdown_table(estimate: Estimate) -> Table:
+    table = Table(title="Step time", title_justify="left")
+    table.add_column("term")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    step = estimate.step_time_s
+    for name, seconds in estimate.breakdown_s.items():
+        table.add_row(BREAKDOWN_LABELS[name], f"{seconds:.4g}", f"{seconds / step:.1%}")
+    table.add_row("[bold]step", f"[bold]{step:.4g}", "100.0%")
+    return table
+
+
+def memory_table(estimate: Estimate, system: SystemSpec) -> Table:
+    tiers = list(estimate.memory_gib)
+    names = {"hbm": system.hbm.name}
+    names.update({f"offload_{i}": t.name for i, t in enumerate(system.offload_tiers, start=1)})
+    table = Table(
+        title=f"Memory per GPU, GiB ({estimate.most_loaded_stage} pipeline stage)",
+        title_justify="left",
+    )
+    table.add_column("item")
+    for tier in tiers:
+        table.add_column(names.get(tier, tier), justify="right")
+    rows = [
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "logits",
+        "reserve",
+        "total",
+        "usable",
+        "headroom",
+    ]
+    for row in rows:
+        cells = [
+            f"{estimate.memory_gib[tier][row]:.2f}" if row in estimate.memory_gib[tier] else ""
+            for tier in tiers
+        ]
+        style = "[bold]" if row in ("total", "headroom") else ""
+        table.add_row(style + row, *(style + c for c in cells))
+    return table
+
+
+def summary_table(estimate: Estimate, gpus: int) -> Table:
+    table = Table(title="Throughput", title_justify="left", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("GPUs", str(gpus))
+    table.add_row("micro-batches per step", str(estimate.micro_batches))
+    table.add_row("step time", f"{estimate.step_time_s:.4g} s")
+    table.add_row("MFU", f"{estimate.mfu:.1%}")
+    table.add_row("HFU", f"{estimate.hfu:.1%}")
+    table.add_row("tokens/s", f"{estimate.tokens_per_s:,.0f}")
+    if estimate.training:
+        t = estimate.training
+        table.add_row("tokens to train", f"{t.tokens:.3g}")
+        table.add_row("time to train", f"{t.days:,.1f} days")
+        table.add_row("GPU-hours", f"{t.gpu_hours:,.0f}")
+        if t.cost_usd is not None:
+            table.add_row("cost", f"${t.cost_usd:,.0f}")
+    return table
+
+
+def print_estimate(
+    console: Console, estimate: Estimate, strategy: Strategy, system: SystemSpec
+) -> None:
+    console.print(strategy_table(strategy))
+    console.print(breakdown_table(estimate))
+    console.print(memory_table(estimate, system))
+    console.print(summary_table(estimate, strategy.gpus))
+    for warning in estimate.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    for overflow in estimate.overflows:
+        console.print(f"[red]does not fit:[/] {overflow}")

@@ -1,0 +1,108 @@
+"""The rules a strategy must satisfy for a model, job and system (Megatron-LM's constraints).
+
+``strategy_violations`` lists every broken rule as one line naming the knob, its value and what
+is allowed; ``check_strategy`` raises the first as an InputError. The CP-SAT model encodes the
+same rules as constraints (constraints/), and the tests check the two agree.
+"""
+
+from __future__ import annotations
+
+from planner.errors import InputError
+from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+
+def divisors(value: int) -> list[int]:
+    """Positive divisors of ``value`` in increasing order."""
+    small = [d for d in range(1, int(value**0.5) + 1) if value % d == 0]
+    return sorted(set(small + [value // d for d in small]))
+
+
+def _allowed(values: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (", ..." if len(values) > limit else "")
+
+
+def strategy_violations(
+    model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy, gpus: int | None = None
+) -> list[str]:
+    """Every rule the strategy breaks, one line each (empty when it is valid)."""
+    s = strategy
+    problems: list[str] = []
+    if gpus is not None and s.gpus != gpus:
+        problems.append(f"tp·pp·dp = {s.tp}·{s.pp}·{s.dp} = {s.gpus} must equal gpus = {gpus}")
+    if system.max_gpus is not None and s.gpus > system.max_gpus:
+        problems.append(f"gpus = {s.gpus}: system {system.name!r} has at most {system.max_gpus}")
+    tp_ok = [
+        t
+        for t in divisors(model.heads)
+        if model.ffn_hidden % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
+    ]
+    if s.tp not in tp_ok:
+        problems.append(
+            f"tp = {s.tp} must divide heads ({model.heads}) and ffn_hidden "
+            f"({model.ffn_hidden}) and divide or be a multiple of kv_heads ({model.kv_heads}); "
+            f"allowed: {_allowed(tp_ok)}"
+        )
+    if model.layers % s.pp:
+        problems.append(
+            f"pp = {s.pp} must divide layers ({model.layers}); "
+            f"allowed: {_allowed(divisors(model.layers))}"
+        )
+    if job.global_batch % (s.dp * s.micro_batch):
+        problems.append(
+            f"global batch {job.global_batch} must be divisible by dp·micro_batch = "
+            f"{s.dp}·{s.micro_batch} = {s.dp * s.micro_batch}"
+        )
+    if s.interleave > 1:
+        problems.extend(_interleave_violations(model, job, s))
+    tiers = len(system.memory_tiers) - 1
+    for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
+        tier = getattr(s, knob)
+        if tier > tiers:
+            allowed = "0 (no offload tier in this system)" if tiers == 0 else f"0..{tiers}"
+            problems.append(f"{knob} = {tier}: allowed tiers are {allowed}")
+    return problems
+
+
+def _interleave_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:
+    problems = []
+    if s.pp == 1:
+        problems.append(f"interleave = {s.interleave} needs pp > 1")
+    elif model.layers % s.pp == 0 and (model.layers // s.pp) % s.interleave:
+        per_stage = model.layers // s.pp
+        problems.append(
+            f"interleave = {s.interleave} must divide the {per_stage} layers per stage; "
+            f"allowed: {_allowed(divisors(per_stage))}"
+        )
+    micro_batches = job.global_batch // max(1, s.dp * s.micro_batch)
+    if s.pp > 1 and micro_batches % s.pp:
+        problems.append(
+            f"interleave = {s.interleave} needs the micro-batches per step ({micro_batches}) to be "
+            f"a multiple of pp ({s.pp}) (Megatron's interleaved schedule)"
+        )
+    return problems
+
+
+def strategy_warnings(system: SystemSpec, strategy: Strategy) -> list[str]:
+    """Legal but unusual choices worth a word."""
+    warnings = []
+    domain = system.network_tiers[0].domain_gpus
+    if domain is not None and len(system.network_tiers) > 1 and strategy.tp > domain:
+        warnings.append(
+            f"tp = {strategy.tp} spans more than one {system.network_tiers[0].name} domain "
+            f"({domain} GPUs): TP traffic runs on {system.network_tiers[1].name}"
+        )
+    if strategy.sequence_parallel and strategy.tp == 1:
+        warnings.append("sequence_parallel has no effect with tp = 1")
+    if strategy.zero_stage and strategy.dp == 1:
+        warnings.append(f"ZeRO-{strategy.zero_stage} has no effect with dp = 1")
+    return warnings
+
+
+def check_strategy(
+    model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy, gpus: int | None = None
+) -> None:
+    """Raise InputError naming the first broken rule."""
+    problems = strategy_violations(model, system, job, strategy, gpus)
+    if problems:
+        raise InputError(problems[0])

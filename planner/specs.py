@@ -1,0 +1,285 @@
+"""Immutable input specifications: model, hardware system, training job, execution strategy.
+
+Units live in field names: ``_gib`` (2**30 bytes), ``_gbps`` (10**9 bytes per second, per GPU,
+per direction), ``_tflops`` (10**12 FLOP/s), ``_us`` (microseconds). Every spec rejects unknown
+fields, so a typo in a spec file is an error, not a silently ignored key.
+
+Sources: DESIGN.md §3 (the shape of each spec); Narayanan et al. SC21 and Korthikanti et al. 2022
+for the transformer quantities; Megatron-LM for the constraints between strategy knobs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FfnKind = Literal["gelu", "swiglu"]
+Precision = Literal["bf16", "fp8"]
+Recompute = Literal["none", "selective", "full"]
+AttentionKernel = Literal["flash", "materialized"]
+GradDtype = Literal["fp32", "bf16"]
+
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+"""Integer codes of the recompute modes, as used by the vectorised cost model."""
+
+
+class Spec(BaseModel):
+    """Base of every spec: immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer.
+
+    ``layers`` counts transformer blocks. ``kv_heads`` < ``heads`` is grouped-query attention
+    (GQA); it defaults to ``heads`` (multi-head attention). ``ffn_kind`` ``gelu`` has two FFN
+    matrices (h×f, f×h), ``swiglu`` three (gate, up, down).
+    """
+
+    name: str = "custom"
+    description: str = ""
+    hidden: int = Field(gt=0)
+    layers: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(default=0, ge=0)  # 0 or omitted: = heads
+    head_dim: int = Field(default=0, ge=0)  # 0 or omitted: = hidden / heads
+    ffn_hidden: int = Field(gt=0)
+    ffn_kind: FfnKind = "gelu"
+    vocab: int = Field(gt=0)
+    seq_len: int = Field(default=2048, gt=0)
+    tied_embeddings: bool = True
+    dropout: bool = True
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_heads(cls, data: object) -> object:
+        if not isinstance(data, dict) or not isinstance(data.get("heads"), int):
+            return data
+        data = dict(data)
+        if not data.get("kv_heads"):
+            data["kv_heads"] = data["heads"]
+        hidden = data.get("hidden")
+        if not data.get("head_dim") and isinstance(hidden, int) and data["heads"] > 0:
+            if hidden % data["heads"]:
+                raise ValueError(
+                    f"hidden={hidden} is not divisible by heads={data['heads']}; "
+                    "give head_dim explicitly"
+                )
+            data["head_dim"] = hidden // data["heads"]
+        return data
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelSpec:
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"kv_heads={self.kv_heads} must divide heads={self.heads} (grouped-query attention)"
+            )
+        return self
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the query / attention output: heads · head_dim (= hidden for most models)."""
+        return self.heads * self.head_dim
+
+    @property
+    def ffn_matrices(self) -> int:
+        return 3 if self.ffn_kind == "swiglu" else 2
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of one transformer block: attention, FFN, two layer norms (with biases)."""
+        h, f, q = self.hidden, self.ffn_hidden, self.attention_width
+        kv = self.kv_heads * self.head_dim
+        attention = h * (q + 2 * kv) + (q + 2 * kv) + q * h + h
+        ffn = self.ffn_matrices * h * f + (self.ffn_matrices - 1) * f + h
+        norms = 4 * h
+        return attention + ffn + norms
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding (vocab × hidden); the LM head adds as many again unless tied."""
+        return self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        """Total parameters: blocks, input embedding, LM head when untied, final norm."""
+        head = 0 if self.tied_embeddings else self.embedding_params
+        return self.layers * self.block_params + self.embedding_params + head + 2 * self.hidden
+
+
+class MatmulEfficiencyPoint(Spec):
+    """One point of a matmul efficiency curve: a GEMM of ``gflop`` GFLOP runs at ``efficiency``
+    of the accelerator's peak. Between points the curve is linear in log10(FLOPs)."""
+
+    gflop: float = Field(gt=0)
+    efficiency: float = Field(gt=0, le=1)
+
+
+class AcceleratorSpec(Spec):
+    """One accelerator (one GPU, or one GCD of a multi-die package)."""
+
+    name: str
+    peak_tflops: dict[Precision, float]
+    matmul_efficiency: tuple[MatmulEfficiencyPoint, ...] = Field(min_length=1)
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _positive_peaks(cls, value: dict[str, float]) -> dict[str, float]:
+        if "bf16" not in value:
+            raise ValueError("peak_tflops must give at least 'bf16'")
+        for precision, tflops in value.items():
+            if tflops <= 0:
+                raise ValueError(f"peak_tflops.{precision}={tflops} must be > 0")
+        return value
+
+    @field_validator("matmul_efficiency")
+    @classmethod
+    def _sorted_curve(cls, value: tuple[MatmulEfficiencyPoint, ...]):
+        sizes = [point.gflop for point in value]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError("matmul_efficiency points must have strictly increasing gflop")
+        return value
+
+
+class MemoryTierSpec(Spec):
+    """A memory tier. Tier 0 is HBM; tiers ≥ 1 are offload tiers (host DDR, CXL, network memory).
+
+    ``capacity_gib`` and ``bandwidth_gbps`` are per GPU; bandwidth is per direction (reads and
+    writes proceed concurrently, as on PCIe/CXL links). ``efficiency`` is the achievable fraction
+    of the bandwidth.
+    """
+
+    name: str
+    capacity_gib: float = Field(gt=0)
+    bandwidth_gbps: float = Field(gt=0)
+    efficiency: float = Field(default=1.0, gt=0, le=1)
+
+
+class NetworkTierSpec(Spec):
+    """A network tier. Tier 0 is the scale-up domain (NVLink, Infinity Fabric); the last tier is
+    scale-out (InfiniBand, Slingshot). ``domain_gpus`` is how many GPUs one domain of this tier
+    joins (None: the whole system; the last tier always spans the whole system).
+    ``bandwidth_gbps`` is per GPU per direction."""
+
+    name: str
+    domain_gpus: int | None = Field(default=None, gt=0)
+    bandwidth_gbps: float = Field(gt=0)
+    latency_us: float = Field(default=0.0, ge=0)
+    efficiency: float = Field(default=1.0, gt=0, le=1)
+
+
+class SystemSpec(Spec):
+    """A machine: accelerator, memory tiers (HBM first) and network tiers (fastest first)."""
+
+    name: str = "custom"
+    description: str = ""
+    accelerator: AcceleratorSpec
+    memory_tiers: tuple[MemoryTierSpec, ...] = Field(min_length=1)
+    network_tiers: tuple[NetworkTierSpec, ...] = Field(min_length=1)
+    gpus_per_node: int = Field(default=8, gt=0)
+    max_gpus: int | None = Field(default=None, gt=0)
+    gpu_hour_usd: float | None = Field(default=None, gt=0)
+    tp_across_domain: bool = False
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_tiers(self) -> SystemSpec:
+        sizes = [tier.domain_gpus for tier in self.network_tiers]
+        bounded = [size for size in sizes[:-1] if size is not None]
+        if len(bounded) != len(sizes) - 1:
+            raise ValueError("network_tiers: every tier but the last needs domain_gpus")
+        if bounded != sorted(bounded) or len(set(bounded)) != len(bounded):
+            raise ValueError("network_tiers: domain_gpus must grow strictly from tier to tier")
+        return self
+
+    @property
+    def hbm(self) -> MemoryTierSpec:
+        return self.memory_tiers[0]
+
+    @property
+    def offload_tiers(self) -> tuple[MemoryTierSpec, ...]:
+        return self.memory_tiers[1:]
+
+    @property
+    def scale_up_gpus(self) -> int:
+        """GPUs in one scale-up domain (the first network tier); the whole system if unbounded."""
+        return self.network_tiers[0].domain_gpus or (self.max_gpus or 1 << 30)
+
+
+class JobSpec(Spec):
+    """A training job.
+
+    ``global_batch`` is in sequences. ``attention`` says whether the attention scores are
+    materialised (the 2021–22 Megatron runs) or computed by a fused flash kernel (modern stacks).
+    ``grad_dtype`` is the precision gradients are accumulated and reduced in (Megatron: fp32).
+    ``hbm_reserve_gib`` is HBM kept for the CUDA context, communication buffers and allocator
+    fragmentation; ``hbm_usable_fraction`` caps the estimate's share of HBM (Fujii et al. 2024:
+    plans estimated under ~80 % of HBM did not run out of memory in 454 measured runs).
+    """
+
+    global_batch: int = Field(gt=0)
+    seq_len: int | None = Field(default=None, gt=0)
+    precision: Precision = "bf16"
+    optimizer: Literal["adam"] = "adam"
+    grad_dtype: GradDtype = "fp32"
+    attention: AttentionKernel = "flash"
+    train_tokens: float | None = Field(default=None, gt=0)
+    hbm_reserve_gib: float = Field(default=2.0, ge=0)
+    hbm_usable_fraction: float = Field(default=0.95, gt=0, le=1)
+
+    def seq_len_for(self, model: ModelSpec) -> int:
+        return self.seq_len or model.seq_len
+
+
+class Strategy(Spec):
+    """An execution strategy. Field names are the CLI flag names (``--micro-batch`` →
+    ``micro_batch``). Offload fields hold a memory-tier index: 0 keeps the tensors in HBM,
+    k ≥ 1 moves them to offload tier k."""
+
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    dp: int = Field(default=1, gt=0)
+    micro_batch: int = Field(default=1, gt=0)
+    interleave: int = Field(default=1, gt=0)
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    offload_weights: int = Field(default=0, ge=0)
+    offload_activations: int = Field(default=0, ge=0)
+    offload_optimizer: int = Field(default=0, ge=0)
+    dp_overlap: bool = True
+    tp_overlap: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def describe(self) -> str:
+        """A compact one-line description, e.g. ``tp=8 pp=16 dp=8 mb=1 v=2 selective+SP``."""
+        parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"mb={self.micro_batch}"]
+        if self.interleave > 1:
+            parts.append(f"v={self.interleave}")
+        parts.append(self.recompute + ("+SP" if self.sequence_parallel else ""))
+        if self.zero_stage:
+            parts.append(f"ZeRO-{self.zero_stage}")
+        offloaded = [
+            f"{what}→T{tier}"
+            for what, tier in (
+                ("W", self.offload_weights),
+                ("A", self.offload_activations),
+                ("O", self.offload_optimizer),
+            )
+            if tier
+        ]
+        if offloaded:
+            parts.append("offload " + ",".join(offloaded))
+        if not self.dp_overlap:
+            parts.append("no-dp-overlap")
+        if self.tp_overlap:
+            parts.append("tp-overlap")
+        return " ".join(parts)

@@ -1,0 +1,346 @@
+"""The command line as a user meets it: output contract, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from planner.cli import main
+
+EVALUATE = [
+    "evaluate",
+    "--model",
+    "gpt3-175b",
+    "--system",
+    "dgx-a100-80g",
+    "--gpus",
+    "1024",
+    "--global-batch",
+    "1536",
+    "--tp",
+    "8",
+    "--pp",
+    "16",
+    "--micro-batch",
+    "1",
+    "--interleave",
+    "2",
+    "--recompute",
+    "selective",
+    "--sequence-parallel",
+]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, *EVALUATE, "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["strategy"] == {
+        "tp": 8,
+        "pp": 16,
+        "dp": 8,
+        "micro_batch": 1,
+        "interleave": 2,
+        "recompute": "selective",
+        "sequence_parallel": True,
+        "zero_stage": 0,
+        "offload_weights": 0,
+        "offload_activations": 0,
+        "offload_optimizer": 0,
+        "dp_overlap": True,
+        "tp_overlap": False,
+    }
+    estimate = payload["estimate"]
+    for key in ("step_time_s", "mfu", "hfu", "tokens_per_s", "breakdown_s", "memory_gib"):
+        assert key in estimate
+    assert sum(estimate["breakdown_s"].values()) == pytest.approx(estimate["step_time_s"])
+    hbm = estimate["memory_gib"]["hbm"]
+    assert hbm["total"] == pytest.approx(
+        sum(
+            hbm[k]
+            for k in ("weights", "gradients", "optimizer", "activations", "logits", "reserve")
+        )
+    )
+    assert 0 < estimate["mfu"] <= 1
+    assert estimate["tokens_per_s"] == pytest.approx(1536 * 2048 / estimate["step_time_s"])
+
+
+def test_evaluate_tables_and_training_time(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, *EVALUATE, "--train-tokens", "300e9")
+    assert code == 0
+    for text in (
+        "Step time",
+        "pipeline bubble",
+        "Memory per GPU",
+        "MFU",
+        "time to train",
+        "GPU-hours",
+    ):
+        assert text in out
+
+
+def test_offload_tier_appears_in_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "evaluate",
+        "--model",
+        "mt-11t",
+        "--system",
+        "h100-offload-512g",
+        "--gpus",
+        "16384",
+        "--global-batch",
+        "4096",
+        "--tp",
+        "8",
+        "--pp",
+        "64",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--sequence-parallel",
+        "--zero-stage",
+        "1",
+        "--offload-weights",
+        "1",
+        "--offload-activations",
+        "1",
+        "--offload-optimizer",
+        "1",
+        "--json",
+    )
+    assert code in (0, 3)
+    memory = json.loads(out)["estimate"]["memory_gib"]
+    assert memory["offload_1"]["total"] > 0
+    assert memory["offload_1"]["capacity"] == 512
+
+
+def test_strategy_that_does_not_fit_exits_3_and_says_by_how_much(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(
+        capsys,
+        "evaluate",
+        "--model",
+        "gpt3-175b",
+        "--system",
+        "dgx-a100-80g",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--tp",
+        "8",
+    )
+    assert code == 3
+    assert "does not fit" in out and "over by" in out
+
+
+@pytest.mark.parametrize("what", ["systems", "models"])
+def test_catalog_listings(capsys: pytest.CaptureFixture[str], what: str) -> None:
+    code, out, _ = run(capsys, "catalog", what)
+    assert code == 0
+    assert ("dgx-h100" if what == "systems" else "llama3-405b") in out
+
+
+def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "catalog", "show", "dgx-h100")
+    assert code == 0
+    assert "peak_tflops" in out and "datasheet" in out.lower()
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["catalog", "show", "dgx-h10"], "did you mean"),
+        (["catalog", "show"], "needs a name"),
+        (
+            ["evaluate", "--model", "gpt3-175", "--system", "dgx-h100", "--global-batch", "8"],
+            "did you mean",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "8",
+                "--tp",
+                "0",
+            ],
+            "must be > 0",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "1536",
+                "--gpus",
+                "1000",
+                "--tp",
+                "8",
+                "--pp",
+                "16",
+            ],
+            "not divisible by tp·pp",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "1536",
+                "--gpus",
+                "1024",
+                "--tp",
+                "8",
+                "--pp",
+                "16",
+                "--interleave",
+                "4",
+            ],
+            "interleave = 4 must divide",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "8",
+                "--tp",
+                "5",
+            ],
+            "tp = 5 must divide heads",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "8",
+                "--pp",
+                "7",
+            ],
+            "pp = 7 must divide layers",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "10",
+                "--dp",
+                "4",
+            ],
+            "global batch 10 must be divisible",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "8",
+                "--offload-weights",
+                "1",
+            ],
+            "offload_weights = 1",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "frontier",
+                "--global-batch",
+                "8",
+                "--precision",
+                "fp8",
+            ],
+            "precision",
+        ),
+        (
+            ["evaluate", "--model", "gpt3-175b", "--system", "dgx-h100", "--global-batch", "x"],
+            "not a whole number",
+        ),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "8",
+                "--recompute",
+                "some",
+            ],
+            "invalid choice",
+        ),
+        (["plann"], "invalid choice"),
+        (
+            [
+                "evaluate",
+                "--model",
+                "gpt3-175b",
+                "--system",
+                "dgx-h100",
+                "--global-batch",
+                "8",
+                "--hbm-usable-fraction",
+                "2",
+            ],
+            "hbm_usable_fraction",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err
+    assert err.strip().count("\n") == 0
+    assert "Traceback" not in err
+
+
+def test_python_dash_m_entry_point() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "planner", "catalog", "models", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert any(m["name"] == "mt-128t" for m in json.loads(result.stdout))

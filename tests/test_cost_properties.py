@@ -1,0 +1,150 @@
+"""Properties of the cost model over random problems (hypothesis)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.context import CostContext
+from planner.cost.step import Knobs, evaluate_terms
+from planner.specs import JobSpec
+from tests.conftest import gpt_model, simple_system
+
+BANDWIDTH_FIELDS = ("hbm", "offload", "scale_up", "scale_out")
+
+
+@st.composite
+def problems(draw):
+    """A small random problem and a valid strategy for it."""
+    heads = draw(st.sampled_from([8, 16, 32]))
+    head_dim = draw(st.sampled_from([32, 64, 128]))
+    kv_heads = draw(st.sampled_from([h for h in (1, 2, 4, 8, heads) if heads % h == 0]))
+    layers = draw(st.sampled_from([4, 8, 12, 16]))
+    model = gpt_model(
+        hidden=heads * head_dim,
+        heads=heads,
+        kv_heads=kv_heads,
+        layers=layers,
+        ffn_hidden=4 * heads * head_dim,
+        ffn_kind=draw(st.sampled_from(["gelu", "swiglu"])),
+        seq_len=draw(st.sampled_from([512, 1024, 2048])),
+        dropout=draw(st.booleans()),
+    )
+    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if heads % t == 0]))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4) if layers % p == 0]))
+    dp = draw(st.sampled_from([1, 2, 4, 8]))
+    mb = draw(st.sampled_from([1, 2, 4]))
+    n = draw(st.sampled_from([1, 2, 4, 8]))
+    v = draw(st.sampled_from([v for v in (1, 2) if (layers // pp) % v == 0 and (v == 1 or pp > 1)]))
+    if v > 1:
+        n = max(n, pp)
+    knobs = dict(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=mb,
+        interleave=v,
+        recompute=draw(st.sampled_from([0, 1, 2])),
+        sequence_parallel=draw(st.booleans()),
+        zero_stage=draw(st.integers(0, 3)),
+        offload_weights=draw(st.sampled_from([0, 1])),
+        offload_activations=draw(st.sampled_from([0, 1])),
+        offload_optimizer=draw(st.sampled_from([0, 1])),
+        dp_overlap=draw(st.booleans()),
+        tp_overlap=draw(st.booleans()),
+    )
+    job = JobSpec(
+        global_batch=dp * mb * n, attention=draw(st.sampled_from(["flash", "materialized"]))
+    )
+    return model, job, knobs
+
+
+def scaled_system(factor: float, which: str):
+    hbm, off, up, out = (factor if which == name else 1.0 for name in BANDWIDTH_FIELDS)
+    return simple_system(
+        memory_tiers=[
+            dict(name="HBM", capacity_gib=80, bandwidth_gbps=3000 * hbm),
+            dict(name="offload", capacity_gib=512, bandwidth_gbps=100 * off),
+        ],
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=8, bandwidth_gbps=450 * up, latency_us=3),
+            dict(name="ib", bandwidth_gbps=50 * out, latency_us=5),
+        ],
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(), st.sampled_from(BANDWIDTH_FIELDS), st.floats(1.0, 10.0))
+def test_more_bandwidth_never_makes_a_step_slower(problem, which, factor) -> None:
+    model, job, knobs = problem
+    slow = evaluate_terms(CostContext(model, scaled_system(1.0, which), job), Knobs.of(**knobs))
+    fast = evaluate_terms(CostContext(model, scaled_system(factor, which), job), Knobs.of(**knobs))
+    assert float(fast.step_time_s) <= float(slow.step_time_s) * (1 + 1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_mfu_is_in_zero_one(problem) -> None:
+    model, job, knobs = problem
+    terms = evaluate_terms(CostContext(model, simple_system(), job), Knobs.of(**knobs))
+    assert 0 < float(terms.mfu) <= 1
+    assert float(terms.mfu) <= float(terms.hfu) <= 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_breakdown_adds_up_to_the_step(problem) -> None:
+    model, job, knobs = problem
+    terms = evaluate_terms(CostContext(model, simple_system(), job), Knobs.of(**knobs))
+    total = sum(float(v) for v in terms.breakdown().values())
+    assert abs(total / float(terms.step_time_s) - 1) < 1e-9
+    assert all(float(v) >= 0 for v in terms.breakdown().values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(), st.integers(0, 2))
+def test_more_zero_sharding_never_uses_more_memory(problem, stage) -> None:
+    model, job, knobs = problem
+    ctx = CostContext(model, simple_system(), job)
+    less = evaluate_terms(ctx, Knobs.of(**{**knobs, "zero_stage": stage}))
+    more = evaluate_terms(ctx, Knobs.of(**{**knobs, "zero_stage": stage + 1}))
+    assert float(more.hbm_bytes) <= float(less.hbm_bytes) * (1 + 1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_more_tensor_parallelism_never_uses_more_memory(problem) -> None:
+    model, job, knobs = problem
+    if model.heads % (2 * knobs["tp"]) or model.ffn_hidden % (2 * knobs["tp"]):
+        return
+    ctx = CostContext(model, simple_system(), job)
+    less = evaluate_terms(ctx, Knobs.of(**knobs))
+    more = evaluate_terms(ctx, Knobs.of(**{**knobs, "tp": 2 * knobs["tp"]}))
+    assert float(more.hbm_bytes) <= float(less.hbm_bytes) * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(problems(), min_size=2, max_size=30))
+def test_vectorised_evaluation_equals_scalar_element_by_element(batch) -> None:
+    model, job, _ = batch[0]
+    ctx = CostContext(model, simple_system(), job)
+    valid = [
+        k
+        for m, j, k in batch
+        if model.heads % k["tp"] == 0
+        and model.layers % k["pp"] == 0
+        and (model.layers // k["pp"]) % k["interleave"] == 0
+        and (k["interleave"] == 1 or k["pp"] > 1)
+    ]
+    if not valid:
+        return
+    arrays = {name: np.array([k[name] for k in valid]) for name in valid[0]}
+    vector = evaluate_terms(ctx, Knobs.of(**arrays))
+    for i, knobs in enumerate(valid):
+        scalar = evaluate_terms(ctx, Knobs.of(**knobs))
+        assert float(vector.step_time_s[i]) == float(scalar.step_time_s)
+        assert float(vector.hbm_bytes[i]) == float(scalar.hbm_bytes)
+        assert float(vector.offload_bytes(1)[i]) == float(scalar.offload_bytes(1))
+        for name, value in scalar.breakdown().items():
+            assert float(vector.breakdown()[name][i]) == float(value)

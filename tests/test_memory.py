@@ -1,0 +1,88 @@
+"""Activation and model-state memory against Korthikanti et al. 2022 and the ZeRO paper."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.cost.context import OPTIMIZER_BYTES_PER_PARAM, CostContext
+from planner.cost.memory import block_activation_bytes, stage_memory, stage_params
+from planner.cost.step import Knobs
+from planner.specs import JobSpec
+from tests.conftest import gpt_model, simple_system
+
+S, B, H, A = 2048, 2, 1024, 16
+
+
+def materialized_ctx() -> CostContext:
+    return CostContext(
+        gpt_model(), simple_system(), JobSpec(global_batch=64, attention="materialized")
+    )
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+def test_activations_match_korthikanti_equations(t: int) -> None:
+    ctx = materialized_ctx()
+    sbh = S * B * H
+    core = 5 * A * S / H
+    none_no_sp = block_activation_bytes(ctx, t, B, 0, False)
+    assert none_no_sp == pytest.approx(sbh * (10 + 24 / t + core / t))
+    none_sp = block_activation_bytes(ctx, t, B, 0, True)
+    assert none_sp == pytest.approx(sbh * (34 + core) / t)
+    selective_sp = block_activation_bytes(ctx, t, B, 1, True)
+    assert selective_sp == pytest.approx(sbh * 34 / t)
+    selective_no_sp = block_activation_bytes(ctx, t, B, 1, False)
+    assert selective_no_sp == pytest.approx(sbh * (10 + 24 / t))
+    assert block_activation_bytes(ctx, t, B, 2, False) == pytest.approx(2 * sbh)
+    assert block_activation_bytes(ctx, t, B, 2, True) == pytest.approx(2 * sbh / t)
+
+
+def test_no_parallelism_is_34_plus_5as_over_h() -> None:
+    ctx = materialized_ctx()
+    assert block_activation_bytes(ctx, 1, B, 0, False) == pytest.approx(
+        S * B * H * (34 + 5 * A * S / H)
+    )
+
+
+def test_flash_attention_drops_the_score_term() -> None:
+    flash = CostContext(gpt_model(), simple_system(), JobSpec(global_batch=64))
+    assert block_activation_bytes(flash, 1, B, 0, False) == pytest.approx(S * B * H * 34)
+
+
+def _state(ctx: CostContext, zero: int, dp: int) -> tuple[float, float, float]:
+    knobs = Knobs.of(tp=2, pp=2, dp=dp, micro_batch=1, zero_stage=zero).as_dict()
+    memory = stage_memory(ctx, knobs, np.asarray(64 / dp), last=False)
+    return float(memory.weights), float(memory.gradients), float(memory.optimizer)
+
+
+def test_zero_stages_shard_the_right_state_by_dp() -> None:
+    ctx = materialized_ctx()
+    dp = 8
+    params = float(stage_params(ctx, 2, 2, last=False).total)
+    w0, g0, o0 = _state(ctx, 0, dp)
+    assert (w0, g0, o0) == pytest.approx(
+        (2 * params, 4 * params, OPTIMIZER_BYTES_PER_PARAM * params)
+    )
+    w1, g1, o1 = _state(ctx, 1, dp)
+    assert (w1, g1, o1) == pytest.approx((w0, g0, o0 / dp))
+    w2, g2, o2 = _state(ctx, 2, dp)
+    assert (w2, g2, o2) == pytest.approx((w0, g0 / dp, o0 / dp))
+    w3, g3, o3 = _state(ctx, 3, dp)
+    assert (g3, o3) == pytest.approx((g0 / dp, o0 / dp))
+    block = float(stage_params(ctx, 2, 2, last=False).block)
+    gathered = 2 * block * (1 - 1 / dp)  # the current and the prefetched block, gathered
+    assert w3 == pytest.approx(2 * (params / dp + gathered))
+    assert w3 < w2
+
+
+def test_first_stage_holds_p_micro_batches_and_interleave_adds_its_factor() -> None:
+    ctx = materialized_ctx()
+    per_block = float(block_activation_bytes(ctx, 1, 1, 1, False))
+    layers, p = 8, 4
+
+    def first_stage_activations(v: int) -> float:
+        knobs = Knobs.of(pp=p, dp=1, micro_batch=1, interleave=v, recompute=1).as_dict()
+        return float(stage_memory(ctx, knobs, np.asarray(64.0), last=False).activations)
+
+    assert first_stage_activations(1) == pytest.approx(layers / p * per_block * p)
+    assert first_stage_activations(2) == pytest.approx(layers * per_block * (1 + (p - 1) / (p * 2)))
