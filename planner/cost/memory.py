@@ -143,39 +143,116 @@ class StageMemory:
         }
 
 
+@dataclass(frozen=True)
+class ModelState:
+    """Bytes per GPU of weights, gradients and optimizer state: in HBM, and per offload tier
+    (index 0 is tier 1). Depends on (tp, pp, dp, zero_stage, offload_weights,
+    offload_optimizer)."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    offloaded: tuple[dict[str, np.ndarray], ...]
+
+    @property
+    def hbm(self) -> np.ndarray:
+        return self.weights + self.gradients + self.optimizer
+
+
+def model_state(
+    ctx: CostContext,
+    tp: ArrayLike,
+    pp: ArrayLike,
+    dp: ArrayLike,
+    zero_stage: ArrayLike,
+    offload_weights: ArrayLike,
+    offload_optimizer: ArrayLike,
+    last: bool,
+) -> ModelState:
+    """Model state of the first (``last=False``) or last stage.
+
+    Per rank: weights e·P, gradients g·P, optimizer 12·P; ZeRO-1 divides the optimizer by d,
+    ZeRO-2 also the gradients, ZeRO-3 also the weights (plus the gathered blocks). Offloading
+    the weights (with their gradients) keeps three blocks in HBM and the rest in the offload
+    tier; the embedding and LM head stay in HBM. Offloading the optimizer moves all of it."""
+    e, g = ACTIVATION_BYTES, ctx.grad_bytes
+    d = np.asarray(dp, dtype=float)
+    zero = np.asarray(zero_stage)
+    params = stage_params(ctx, tp, pp, last)
+    blocks_per_stage = ctx.model.layers / np.asarray(pp, dtype=float)
+
+    weight_shard = np.where((zero >= 3) & (d > 1), 1 / d, 1.0)
+    grad_shard = np.where(zero >= 2, 1 / d, 1.0)
+    optim_shard = np.where(zero >= 1, 1 / d, 1.0)
+    gathered = (
+        np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * params.block * (1 - weight_shard)
+    )
+    working = np.minimum(OFFLOAD_WORKING_BLOCKS, blocks_per_stage) * params.block
+    optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM * params.total * optim_shard
+
+    off_w = np.asarray(offload_weights)
+    off_o = np.asarray(offload_optimizer)
+    weights = np.where(
+        off_w > 0,
+        e * (working + params.extra * weight_shard),
+        e * (params.total * weight_shard + gathered),
+    )
+    gradients = np.where(
+        off_w > 0, g * (working + params.extra * grad_shard), g * params.total * grad_shard
+    )
+    offloaded = tuple(
+        {
+            "weights": np.where(off_w == tier, e * params.blocks * weight_shard, 0.0),
+            "gradients": np.where(off_w == tier, g * params.blocks * grad_shard, 0.0),
+            "optimizer": np.where(off_o == tier, optimizer_bytes, 0.0),
+        }
+        for tier in range(1, len(ctx.system.memory_tiers))
+    )
+    return ModelState(
+        weights=weights,
+        gradients=gradients,
+        optimizer=np.where(off_o > 0, 0.0, optimizer_bytes),
+        offloaded=offloaded,
+    )
+
+
+def rebuilt_activation_bytes(
+    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, recompute: ArrayLike, sp: ArrayLike
+) -> np.ndarray:
+    """Full recompute rebuilds one block's whole activations during its backward: that block's
+    activations without recompute, resident while it runs. Depends on (tp, micro_batch,
+    recompute, sequence_parallel)."""
+    whole = block_activation_bytes(ctx, tp, mb, 0, sp)
+    return np.where(np.asarray(recompute) == 2, whole, 0.0)
+
+
+def logits_bytes(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> np.ndarray:
+    """The last stage's fp32 logits of one micro-batch, vocab-parallel: 4·b·s·V/t."""
+    tokens = np.asarray(mb, dtype=float) * ctx.seq_len
+    return 4.0 * tokens * ctx.model.vocab / np.asarray(tp, dtype=float)
+
+
 def stage_memory(
     ctx: CostContext,
     k: dict[str, np.ndarray],
     micro_batches: np.ndarray,
     last: bool,
 ) -> StageMemory:
-    """Memory of the first or last stage for knob arrays ``k`` (keys as in step.Knobs).
-
-    Model state per rank: weights e·P, gradients g·P, optimizer 12·P; ZeRO-1 divides the
-    optimizer by d, ZeRO-2 also the gradients, ZeRO-3 also the weights (plus the gathered
-    blocks). Offloading a kind of tensor keeps its working set (three blocks) in HBM and the
-    rest in the offload tier; the embedding and LM head stay in HBM."""
-    e, g = ACTIVATION_BYTES, ctx.grad_bytes
-    d = np.asarray(k["dp"], dtype=float)
-    zero = np.asarray(k["zero_stage"])
-    params = stage_params(ctx, k["tp"], k["pp"], last)
-    blocks_per_stage = ctx.model.layers / np.asarray(k["pp"], dtype=float)
-
-    weight_shard = np.where((zero >= 3) & (d > 1), 1 / d, 1.0)
-    grad_shard = np.where(zero >= 2, 1 / d, 1.0)
-    optim_shard = np.where(zero >= 1, 1 / d, 1.0)
-
-    gathered = (
-        np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * params.block * (1 - weight_shard)
+    """Memory of the first or last stage for knob arrays ``k`` (keys as in step.Knobs): the
+    model state, the stored activations of the in-flight micro-batches (or, offloaded, a working
+    set of three blocks), the block rebuilt by full recompute, the logits on the last stage and
+    the job's reserve."""
+    state = model_state(
+        ctx,
+        k["tp"],
+        k["pp"],
+        k["dp"],
+        k["zero_stage"],
+        k["offload_weights"],
+        k["offload_optimizer"],
+        last,
     )
-    weights_resident = e * (params.total * weight_shard + gathered)
-    working = np.minimum(OFFLOAD_WORKING_BLOCKS, blocks_per_stage) * params.block
-    weights_offloaded = e * params.blocks * weight_shard
-    weights_hbm_when_off = e * (working + params.extra * weight_shard)
-    grads_resident = g * params.total * grad_shard
-    grads_offloaded = g * params.blocks * grad_shard
-    grads_hbm_when_off = g * (working + params.extra * grad_shard)
-
+    blocks_per_stage = ctx.model.layers / np.asarray(k["pp"], dtype=float)
     per_block = block_activation_bytes(
         ctx, k["tp"], k["micro_batch"], k["recompute"], k["sequence_parallel"]
     )
@@ -184,51 +261,23 @@ def stage_memory(
     else:
         in_flight = in_flight_micro_batches(k["pp"], k["interleave"], micro_batches)
     stored = blocks_per_stage * per_block * in_flight
-    # Full recompute rebuilds one block's whole activations during its backward.
-    rebuilt = np.where(
-        np.asarray(k["recompute"]) == 2,
-        block_activation_bytes(ctx, k["tp"], k["micro_batch"], 0, k["sequence_parallel"]),
-        0.0,
+    rebuilt = rebuilt_activation_bytes(
+        ctx, k["tp"], k["micro_batch"], k["recompute"], k["sequence_parallel"]
     )
     act_working = np.minimum(OFFLOAD_WORKING_BLOCKS, blocks_per_stage) * per_block
-
-    off_w = np.asarray(k["offload_weights"])
     off_a = np.asarray(k["offload_activations"])
-    off_o = np.asarray(k["offload_optimizer"])
-    optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM * params.total * optim_shard
 
-    weights = np.where(off_w > 0, weights_hbm_when_off, weights_resident)
-    gradients = np.where(off_w > 0, grads_hbm_when_off, grads_resident)
-    optimizer = np.where(off_o > 0, 0.0, optimizer_bytes)
-    activations = np.where(off_a > 0, act_working, stored) + rebuilt
-    logits = (
-        4.0
-        * np.asarray(k["micro_batch"], dtype=float)
-        * ctx.seq_len
-        * ctx.model.vocab
-        / np.asarray(k["tp"], dtype=float)
-        if last
-        else np.zeros(())
+    offloaded_items = tuple(
+        {**items, "activations": np.where(off_a == tier, stored, 0.0)}
+        for tier, items in enumerate(state.offloaded, start=1)
     )
-    reserve = np.asarray(ctx.job.hbm_reserve_gib * float(1 << 30))
-
-    offloaded, offloaded_items = [], []
-    for tier in range(1, len(ctx.system.memory_tiers)):
-        items = {
-            "weights": np.where(off_w == tier, weights_offloaded, 0.0),
-            "gradients": np.where(off_w == tier, grads_offloaded, 0.0),
-            "optimizer": np.where(off_o == tier, optimizer_bytes, 0.0),
-            "activations": np.where(off_a == tier, stored, 0.0),
-        }
-        offloaded_items.append(items)
-        offloaded.append(sum(items.values()))
     return StageMemory(
-        weights=weights,
-        gradients=gradients,
-        optimizer=optimizer,
-        activations=activations,
-        logits=logits,
-        reserve=reserve,
-        offloaded=tuple(offloaded),
-        offloaded_items=tuple(offloaded_items),
+        weights=state.weights,
+        gradients=state.gradients,
+        optimizer=state.optimizer,
+        activations=np.where(off_a > 0, act_working, stored) + rebuilt,
+        logits=logits_bytes(ctx, k["tp"], k["micro_batch"]) if last else np.zeros(()),
+        reserve=np.asarray(ctx.job.hbm_reserve_gib * float(1 << 30)),
+        offloaded=tuple(sum(items.values()) for items in offloaded_items),
+        offloaded_items=offloaded_items,
     )

@@ -23,7 +23,8 @@ from planner.cost.context import ACTIVATION_BYTES, CostContext
 
 def offload_exposed_s(
     ctx: CostContext,
-    k: dict[str, np.ndarray],
+    offload_weights: np.ndarray | int,
+    offload_activations: np.ndarray | int,
     times: BlockTimes,
     block_params: np.ndarray,
     block_activations: np.ndarray,
@@ -31,8 +32,8 @@ def offload_exposed_s(
     """Exposed offload time per block per micro-batch: (forward pass, backward pass)."""
     weights = ACTIVATION_BYTES * block_params
     grads = ctx.grad_bytes * block_params
-    off_w = np.asarray(k["offload_weights"])
-    off_a = np.asarray(k["offload_activations"])
+    off_w = np.asarray(offload_weights)
+    off_a = np.asarray(offload_activations)
     link_forward = np.zeros(())
     link_backward = np.zeros(())
     for tier_index, tier in enumerate(ctx.system.memory_tiers[1:], start=1):

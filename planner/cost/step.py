@@ -32,7 +32,7 @@ import numpy as np
 
 from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import ACTIVATION_BYTES, CostContext
-from planner.cost.flops import model_flops_per_step, recompute_flops_per_step
+from planner.cost.flops import ArrayLike, model_flops_per_step, recompute_flops_per_step
 from planner.cost.memory import (
     StageMemory,
     block_activation_bytes,
@@ -130,19 +130,111 @@ class StepTerms:
         return np.maximum(self.first_stage.offloaded[tier - 1], self.last_stage.offloaded[tier - 1])
 
 
+@dataclass(frozen=True)
+class BlockPieces:
+    """Seconds per block per micro-batch on one rank: compute, and the exposed TP and offload
+    time. Depends on (tp, micro_batch, recompute, sequence_parallel, tp_overlap,
+    offload_weights, offload_activations)."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_exposed_s: np.ndarray
+    offload_forward_s: np.ndarray
+    offload_backward_s: np.ndarray
+
+    @property
+    def total_s(self) -> np.ndarray:
+        """Everything one block costs per micro-batch on the stage's critical path."""
+        return (
+            self.forward_s
+            + self.backward_s
+            + self.recompute_s
+            + self.tp_exposed_s
+            + self.offload_forward_s
+            + self.offload_backward_s
+        )
+
+    @property
+    def forward_window_s(self) -> np.ndarray:
+        """The forward pass, offload stalls included: DP traffic can hide under it."""
+        return self.forward_s + self.offload_forward_s
+
+    @property
+    def backward_window_s(self) -> np.ndarray:
+        """The backward pass with its recompute and offload stalls."""
+        return self.backward_s + self.recompute_s + self.offload_backward_s
+
+
+def block_pieces(
+    ctx: CostContext,
+    tp: ArrayLike,
+    mb: ArrayLike,
+    recompute: ArrayLike,
+    sp: ArrayLike,
+    tp_overlap: ArrayLike,
+    offload_weights: ArrayLike,
+    offload_activations: ArrayLike,
+) -> BlockPieces:
+    """Per block per micro-batch costs. TP: 2 all-reduces (or all-gather + reduce-scatter with
+    SP, the same volume) of b·s·h·e bytes in the forward, 2 in the backward, 2 more in a full
+    recompute; with TP overlap they hide under the weight GEMMs of those passes."""
+    t = np.asarray(tp, dtype=float)
+    code = np.asarray(recompute)
+    times = block_times(ctx, tp, mb, code, sp)
+    activation_bytes = ACTIVATION_BYTES * np.asarray(mb, dtype=float) * ctx.seq_len
+    tp_raw = (4 + 2 * (code == 2)) * all_reduce_s(ctx, t, t, activation_bytes * ctx.model.hidden)
+    tp_window = times.forward_gemm_s * (3 + (code == 2))
+    tp_exposed = np.where(tp_overlap, np.maximum(0.0, tp_raw - tp_window), tp_raw)
+    offload_forward, offload_backward = offload_exposed_s(
+        ctx,
+        offload_weights,
+        offload_activations,
+        times,
+        block_params_per_rank(ctx, tp),
+        block_activation_bytes(ctx, tp, mb, code, sp),
+    )
+    return BlockPieces(
+        forward_s=times.forward_s,
+        backward_s=times.backward_s,
+        recompute_s=times.recompute_s,
+        tp_exposed_s=tp_exposed,
+        offload_forward_s=offload_forward,
+        offload_backward_s=offload_backward,
+    )
+
+
+def pp_message_s(ctx: CostContext, tp: ArrayLike, mb: ArrayLike, span: ArrayLike) -> np.ndarray:
+    """One stage-to-stage message of b·s·h·e/t bytes (Megatron's scatter/gather) on the tier
+    the whole job spans. Depends on (tp, micro_batch) and the GPU count."""
+    nbytes = ACTIVATION_BYTES * np.asarray(mb, dtype=float) * ctx.seq_len * ctx.model.hidden
+    return point_to_point_s(ctx, span, nbytes / np.asarray(tp, dtype=float))
+
+
+def dp_params_per_rank(ctx: CostContext, tp: ArrayLike, pp: ArrayLike) -> np.ndarray:
+    """Parameters whose gradients a rank reduces: those of the last stage (blocks + LM head),
+    the most of any stage."""
+    return stage_params(ctx, tp, pp, last=True).total
+
+
 def dp_comm_times_s(
-    ctx: CostContext, k: dict[str, np.ndarray], params_per_rank: np.ndarray
+    ctx: CostContext,
+    tp: ArrayLike,
+    pp: ArrayLike,
+    dp: ArrayLike,
+    zero_stage: ArrayLike,
+    recompute: ArrayLike,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(once per step after the backward, once per step before the forward, per micro-batch)
     DP communication times, unhidden. Depends on (tp, pp, dp, zero_stage, recompute)."""
-    d = np.asarray(k["dp"])
-    span = np.asarray(k["tp"]) * d
-    zero = np.asarray(k["zero_stage"])
-    grads = ctx.grad_bytes * params_per_rank
-    weights = ACTIVATION_BYTES * params_per_rank
+    d = np.asarray(dp)
+    span = np.asarray(tp) * d
+    zero = np.asarray(zero_stage)
+    params = dp_params_per_rank(ctx, tp, pp)
+    grads = ctx.grad_bytes * params
     reduce = reduce_scatter_s(ctx, d, span, grads)
-    gather = all_gather_s(ctx, d, span, weights)
-    gathers_per_micro_batch = 2 + (np.asarray(k["recompute"]) == 2)
+    gather = all_gather_s(ctx, d, span, ACTIVATION_BYTES * params)
+    gathers_per_micro_batch = 2 + (np.asarray(recompute) == 2)
     after_backward = np.where(
         zero == 0, all_reduce_s(ctx, d, span, grads), np.where(zero == 1, reduce, 0.0)
     )
@@ -153,74 +245,74 @@ def dp_comm_times_s(
     return after_backward, before_forward, per_micro_batch
 
 
+def optimizer_time_s(
+    ctx: CostContext,
+    tp: ArrayLike,
+    pp: ArrayLike,
+    dp: ArrayLike,
+    zero_stage: ArrayLike,
+    offload_optimizer: ArrayLike,
+) -> np.ndarray:
+    """The optimizer step on the rank's (ZeRO-sharded) state. Depends on (tp, pp, dp,
+    zero_stage, offload_optimizer)."""
+    shard = np.where(np.asarray(zero_stage) >= 1, 1 / np.asarray(dp, dtype=float), 1.0)
+    return optimizer_step_s(ctx, dp_params_per_rank(ctx, tp, pp) * shard, offload_optimizer)
+
+
 def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     """Evaluate the cost model on (arrays of) strategies. No validity checks here: callers pass
-    strategies that satisfy the divisibility rules (planner.validate)."""
+    strategies that satisfy the rules (planner.rules)."""
     k = knobs.as_dict()
-    m, s = ctx.model, ctx.seq_len
     t = np.asarray(k["tp"], dtype=float)
     p = np.asarray(k["pp"], dtype=float)
     d = np.asarray(k["dp"], dtype=float)
-    b = np.asarray(k["micro_batch"], dtype=float)
     v = np.asarray(k["interleave"], dtype=float)
-    recompute = np.asarray(k["recompute"])
-    n = ctx.job.global_batch / (d * b)
-    blocks = m.layers / p
+    n = ctx.job.global_batch / (d * np.asarray(k["micro_batch"], dtype=float))
+    blocks = ctx.model.layers / p
 
-    times = block_times(ctx, k["tp"], k["micro_batch"], recompute, k["sequence_parallel"])
-    activation_bytes = ACTIVATION_BYTES * b * s * m.hidden
-    collectives = 4 + 2 * (recompute == 2)
-    tp_raw = collectives * all_reduce_s(ctx, t, t, activation_bytes)
-    tp_window = times.forward_gemm_s * (3 + (recompute == 2))
-    tp_exposed = np.where(k["tp_overlap"], np.maximum(0.0, tp_raw - tp_window), tp_raw)
-    offload_forward, offload_backward = offload_exposed_s(
+    piece = block_pieces(
         ctx,
-        k,
-        times,
-        block_params_per_rank(ctx, k["tp"]),
-        block_activation_bytes(ctx, k["tp"], k["micro_batch"], recompute, k["sequence_parallel"]),
+        k["tp"],
+        k["micro_batch"],
+        k["recompute"],
+        k["sequence_parallel"],
+        k["tp_overlap"],
+        k["offload_weights"],
+        k["offload_activations"],
     )
-    offload = offload_forward + offload_backward
     head = lm_head_time_s(ctx, k["tp"], k["micro_batch"])
-    pp_message = point_to_point_s(ctx, t * d * p, activation_bytes / t)
-    pp_per_micro_batch = np.where(p > 1, 2 * v * pp_message, 0.0)
-    per_micro_batch = (
-        blocks * (times.forward_s + times.backward_s + times.recompute_s + tp_exposed + offload)
-        + head
-        + pp_per_micro_batch
+    pp_per_micro_batch = np.where(
+        p > 1, 2 * v * pp_message_s(ctx, k["tp"], k["micro_batch"], t * d * p), 0.0
     )
-    bubble = (p - 1) / v * per_micro_batch
+    per_micro_batch = blocks * piece.total_s + head + pp_per_micro_batch
 
-    params = stage_params(ctx, k["tp"], k["pp"], last=True).total
-    after_backward, before_forward, per_mb_comm = dp_comm_times_s(ctx, k, params)
-    overlap = np.asarray(k["dp_overlap"], dtype=bool)
-    backward_window = np.where(
-        overlap, blocks * (times.backward_s + times.recompute_s + offload_backward), 0.0
+    after_backward, before_forward, per_mb_comm = dp_comm_times_s(
+        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["recompute"]
     )
-    forward_window = np.where(overlap, blocks * (times.forward_s + offload_forward), 0.0)
-    micro_batch_window = forward_window + backward_window
+    overlap = np.asarray(k["dp_overlap"], dtype=bool)
+    backward_window = np.where(overlap, blocks * piece.backward_window_s, 0.0)
+    forward_window = np.where(overlap, blocks * piece.forward_window_s, 0.0)
     dp_exposed = (
         np.maximum(0.0, after_backward - backward_window)
         + np.maximum(0.0, before_forward - forward_window)
-        + n * np.maximum(0.0, per_mb_comm - micro_batch_window)
+        + n * np.maximum(0.0, per_mb_comm - forward_window - backward_window)
     )
-    optim_shard = np.where(np.asarray(k["zero_stage"]) >= 1, 1 / d, 1.0)
-    optimizer = optimizer_step_s(ctx, params * optim_shard, k["offload_optimizer"])
-
+    optimizer = optimizer_time_s(
+        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["offload_optimizer"]
+    )
     step = (n + (p - 1) / v) * per_micro_batch + dp_exposed + optimizer
-    gpus = t * p * d
     model_flops = model_flops_per_step(ctx)
-    hardware_flops = model_flops + recompute_flops_per_step(ctx, recompute)
-    capacity = step * gpus * ctx.peak_flops
+    hardware_flops = model_flops + recompute_flops_per_step(ctx, k["recompute"])
+    capacity = step * t * p * d * ctx.peak_flops
     return StepTerms(
         micro_batches=n,
-        forward_s=n * (blocks * times.forward_s + head / 3),
-        backward_s=n * (blocks * times.backward_s + 2 * head / 3),
-        recompute_s=n * blocks * times.recompute_s,
-        tp_comm_s=n * blocks * tp_exposed,
+        forward_s=n * (blocks * piece.forward_s + head / 3),
+        backward_s=n * (blocks * piece.backward_s + 2 * head / 3),
+        recompute_s=n * blocks * piece.recompute_s,
+        tp_comm_s=n * blocks * piece.tp_exposed_s,
         pp_comm_s=n * pp_per_micro_batch,
-        offload_s=n * blocks * offload,
-        bubble_s=bubble,
+        offload_s=n * blocks * (piece.offload_forward_s + piece.offload_backward_s),
+        bubble_s=(p - 1) / v * per_micro_batch,
         dp_comm_s=dp_exposed,
         optimizer_s=optimizer,
         step_time_s=step,
@@ -228,7 +320,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         hardware_flops=hardware_flops,
         mfu=model_flops / capacity,
         hfu=hardware_flops / capacity,
-        tokens_per_s=ctx.job.global_batch * s / step,
+        tokens_per_s=ctx.job.global_batch * ctx.seq_len / step,
         first_stage=stage_memory(ctx, k, n, last=False),
         last_stage=stage_memory(ctx, k, n, last=True),
     )
