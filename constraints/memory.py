@@ -1,0 +1,72 @@
+"""Memory-fit families: HBM per GPU, and the capacity of each offload tier, for the first and
+the last pipeline stage (planner/cost/memory.py's stage_memory, re-expressed in KiB).
+
+First stage, with m = min(n, p) micro-batches in flight and the interleave factor
+f = 1 + (p−1)/(p·v) for v > 1: state + (L/p)·f·m·A_stored + min(3, L/p)·A_working + rebuilt
++ reserve ≤ usable HBM. Multiplying by p²·v (p for v = 1) makes every coefficient an integer;
+m·A_stored is one AddMultiplicationEquality. The last stage holds one micro-batch and the logits.
+"""
+
+from __future__ import annotations
+
+import math
+
+from constraints.tables import KIB, TableBuilder
+from constraints.variables import Variables
+
+
+def add_memory_fit(variables: Variables, tables: TableBuilder) -> None:
+    ctx, m, layers = tables.ctx, variables.model, tables.ctx.model.layers
+    state_first, off_first = tables.state(last=False)
+    state_last, off_last = tables.state(last=True)
+    stored, working, act_tiers, rebuilt = tables.activations()
+    logits = tables.logits()
+    reserve = math.ceil(ctx.job.hbm_reserve_gib * (1 << 30) / KIB)
+    usable = math.floor(ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * (1 << 30) / KIB)
+
+    micro_batches = variables.new_int("n_for_memory", max(variables.domains["micro_batches"]), 1)
+    m.Add(micro_batches == variables.value("micro_batches"))
+    pp_value = variables.new_int("pp_value", max(variables.domains["pp"]), 1)
+    m.Add(pp_value == variables.value("pp"))
+    in_flight = variables.new_int("in_flight", max(variables.domains["pp"]))
+    m.AddMinEquality(in_flight, [micro_batches, pp_value])
+
+    def product(name, table):
+        result = variables.new_int(name, variables.ub(in_flight) * variables.ub(table))
+        m.AddMultiplicationEquality(result, [in_flight, table])
+        return result
+
+    hbm = variables.family("hbm", f"HBM fit ({ctx.system.hbm.capacity_gib:g} GiB per GPU)")
+    stored_in_flight = product("stored_in_flight", stored)
+    pp_values, v_values = variables.domains["pp"], variables.domains["interleave"]
+    for (a, c), pair in variables.pairs.items():
+        p, v = pp_values[a], v_values[c]
+        scale, act_coef = (p, layers) if v == 1 else (p * p * v, layers * (p * v + p - 1))
+        work_coef = scale // p * min(3 * p, layers)
+        m.Add(
+            scale * (state_first + rebuilt) + act_coef * stored_in_flight + work_coef * working
+            <= scale * (usable - reserve)
+        ).OnlyEnforceIf([hbm, pair])
+    for p, chosen in zip(pp_values, variables.onehot["pp"], strict=True):
+        m.Add(
+            p * (state_last + rebuilt + logits) + layers * stored + min(3 * p, layers) * working
+            <= p * (usable - reserve)
+        ).OnlyEnforceIf([hbm, chosen])
+
+    for tier, spec in enumerate(ctx.system.offload_tiers, start=1):
+        capacity = math.floor(spec.capacity_gib * (1 << 30) / KIB)
+        family = variables.family(
+            f"offload{tier}", f"offload tier {tier} capacity ({spec.capacity_gib:g} GiB)"
+        )
+        act = act_tiers[tier - 1]
+        act_in_flight = product(f"tier{tier}_in_flight", act)
+        for (a, c), pair in variables.pairs.items():
+            p, v = pp_values[a], v_values[c]
+            scale, act_coef = (p, layers) if v == 1 else (p * p * v, layers * (p * v + p - 1))
+            m.Add(
+                scale * off_first[tier - 1] + act_coef * act_in_flight <= scale * capacity
+            ).OnlyEnforceIf([family, pair])
+        for p, chosen in zip(pp_values, variables.onehot["pp"], strict=True):
+            m.Add(p * off_last[tier - 1] + layers * act <= p * capacity).OnlyEnforceIf(
+                [family, chosen]
+            )

@@ -1,0 +1,98 @@
+"""Structural constraint families: factorization, divisibility, network placement, pins, and
+the canonical values of knobs that have no effect.
+
+- factorization: gpus = tp·pp·dp, as one linear equation per prime q of the GPU count on the
+  exponents of q in tp, pp and dp (DESIGN.md §5);
+- batch: global batch = dp·micro_batch·n (n micro-batches per step), the same way over the
+  primes of the batch and of the GPU count;
+- divisibility: tp divides heads and ffn_hidden and divides or is a multiple of kv_heads; pp
+  divides layers; with interleaving, n is a multiple of pp (Megatron's interleaved schedule; the
+  pair literals already admit only interleaves that divide the layers per stage);
+- placement: a TP group stays inside one scale-up domain unless the system allows otherwise;
+- pins: each user pin is its own family, so a conflict can name it.
+"""
+
+from __future__ import annotations
+
+from constraints.variables import Variables, prime_factors
+from planner.specs import JobSpec, ModelSpec, SystemSpec
+
+
+def add_factorization(variables: Variables) -> None:
+    literal = variables.family("factorization", "tp·pp·dp = GPUs")
+    for prime, power in prime_factors(variables.space.gpus).items():
+        exponents = sum(variables.exponent(k, prime) for k in ("tp", "pp", "dp"))
+        variables.model.Add(exponents == power).OnlyEnforceIf(literal)
+
+
+def add_batch(variables: Variables, job: JobSpec) -> None:
+    literal = variables.family("batch", "global batch = dp·micro-batch·micro-batches")
+    primes = set(prime_factors(job.global_batch)) | set(prime_factors(variables.space.gpus))
+    for prime in sorted(primes):
+        power = prime_factors(job.global_batch).get(prime, 0)
+        exponents = sum(
+            variables.exponent(k, prime) for k in ("dp", "micro_batch", "micro_batches")
+        )
+        variables.model.Add(exponents == power).OnlyEnforceIf(literal)
+
+
+def add_divisibility(variables: Variables, model: ModelSpec) -> None:
+    literal = variables.family(
+        "divisibility", "tp | heads, ffn (and kv heads); pp | layers; micro-batches % pp"
+    )
+    m = variables.model
+    for value, chosen in zip(variables.domains["tp"], variables.onehot["tp"], strict=True):
+        kv_ok = model.kv_heads % value == 0 or value % model.kv_heads == 0
+        if model.heads % value or model.ffn_hidden % value or not kv_ok:
+            m.AddImplication(literal, chosen.Not())
+    for value, chosen in zip(variables.domains["pp"], variables.onehot["pp"], strict=True):
+        if model.layers % value:
+            m.AddImplication(literal, chosen.Not())
+    interleaved = [
+        lit for (_, c), lit in variables.pairs.items() if variables.domains["interleave"][c] > 1
+    ]
+    if interleaved:
+        is_interleaved = m.NewBoolVar("interleaved")
+        m.Add(sum(interleaved) == is_interleaved)
+        for prime in prime_factors(variables.space.gpus):
+            m.Add(
+                variables.exponent("micro_batches", prime) >= variables.exponent("pp", prime)
+            ).OnlyEnforceIf([literal, is_interleaved])
+
+
+def add_placement(variables: Variables, system: SystemSpec) -> None:
+    if system.tp_across_domain or len(system.network_tiers) == 1:
+        return
+    domain = system.network_tiers[0].domain_gpus or 0
+    literal = variables.family(
+        "placement", f"TP inside one {system.network_tiers[0].name} domain ({domain} GPUs)"
+    )
+    for value, chosen in zip(variables.domains["tp"], variables.onehot["tp"], strict=True):
+        if value > domain:
+            variables.model.AddImplication(literal, chosen.Not())
+
+
+def add_pins(variables: Variables) -> None:
+    for name, value in variables.space.pins.items():
+        literal = variables.family(f"pin:{name}", f"pin {name}={value}")
+        chosen = variables.is_value(name, value)
+        if chosen is None:  # a value outside the domain (e.g. dp not dividing the GPU count)
+            variables.model.AddBoolOr([literal.Not()])
+        else:
+            variables.model.AddImplication(literal, chosen)
+
+
+def add_canonical(variables: Variables) -> None:
+    """Knobs without effect take one value (not a family: it never excludes a distinct plan)."""
+    m, pins = variables.model, variables.space.pins
+    tp_one = variables.is_value("tp", 1)
+    dp_one = variables.is_value("dp", 1)
+    if tp_one is not None:
+        for knob in ("sequence_parallel", "tp_overlap"):
+            if knob not in pins:
+                m.AddImplication(tp_one, variables.onehot[knob][0])
+    if dp_one is not None:
+        if "zero_stage" not in pins:
+            m.AddImplication(dp_one, variables.onehot["zero_stage"][0])
+        if "dp_overlap" not in pins:
+            m.AddImplication(dp_one, variables.onehot["dp_overlap"][1])

@@ -1,0 +1,154 @@
+"""The decision variables of the CP-SAT model and the two ways terms are linked to them.
+
+Every knob is a one-hot vector of booleans over its domain (exactly one true), with its index
+and value as linear expressions of them. dp, the micro-batch count n and the (pp, interleave)
+pair are one-hot too. A cost term that depends on a few knobs is tabulated with the cost model
+over the product of those knobs' domains and tied to an integer variable with ``AddElement`` on
+the linear index of the knobs (DESIGN.md §5): the model grows with the sum of the tables, not with
+the product of all domains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.rules import divisors
+from planner.search_space import KNOBS, SearchSpace
+
+INT_LIMIT = 1 << 62
+"""Largest magnitude any integer expression may reach (CP-SAT works in signed 64 bits)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A named constraint family, switched on by an assumption literal."""
+
+    name: str
+    label: str
+    literal: cp_model.IntVar
+
+
+@dataclass
+class Variables:
+    """All decision variables of one planning model."""
+
+    model: cp_model.CpModel
+    space: SearchSpace
+    onehot: dict[str, list[cp_model.IntVar]] = field(default_factory=dict)
+    domains: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    pairs: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    families: dict[str, Family] = field(default_factory=dict)
+    upper_bounds: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, model: cp_model.CpModel, space: SearchSpace, global_batch: int) -> Variables:
+        variables = cls(model=model, space=space)
+        for name in KNOBS:
+            variables.add_onehot(name, space.domains[name])
+        variables.add_onehot("dp", tuple(divisors(space.gpus)))
+        variables.add_onehot("micro_batches", tuple(divisors(global_batch)))
+        variables.add_pairs()
+        return variables
+
+    def add_onehot(self, name: str, domain: tuple[int, ...]) -> None:
+        bools = [self.model.NewBoolVar(f"{name}={value}") for value in domain]
+        self.model.AddExactlyOne(bools)
+        self.onehot[name] = bools
+        self.domains[name] = domain
+
+    def add_pairs(self) -> None:
+        """One literal per (pp, interleave) pair: the product of the two one-hots. Interleave
+        v > 1 is only paired with a pp > 1 whose layers per stage v divides (Megatron)."""
+        layers = self.space.layers
+        for a, p in enumerate(self.domains["pp"]):
+            for c, v in enumerate(self.domains["interleave"]):
+                if v == 1 or (p > 1 and layers % (p * v) == 0):
+                    self.pairs[(a, c)] = self.model.NewBoolVar(f"pp={p},interleave={v}")
+        for a in range(len(self.domains["pp"])):
+            row = [lit for (i, _), lit in self.pairs.items() if i == a]
+            self.model.Add(sum(row) == self.onehot["pp"][a])
+        for c in range(len(self.domains["interleave"])):
+            column = [lit for (_, j), lit in self.pairs.items() if j == c]
+            self.model.Add(sum(column) == self.onehot["interleave"][c])
+
+    def family(self, name: str, label: str) -> cp_model.IntVar:
+        """The assumption literal of a constraint family (created on first use)."""
+        if name not in self.families:
+            literal = self.model.NewBoolVar(f"family:{name}")
+            self.families[name] = Family(name=name, label=label, literal=literal)
+        return self.families[name].literal
+
+    def value(self, name: str) -> cp_model.LinearExpr:
+        return sum(v * b for v, b in zip(self.domains[name], self.onehot[name], strict=True))
+
+    def index(self, name: str) -> cp_model.LinearExpr:
+        return sum(i * b for i, b in enumerate(self.onehot[name]))
+
+    def is_value(self, name: str, value: int) -> cp_model.IntVar | None:
+        """The literal 'knob == value', or None if the value is outside the domain."""
+        domain = self.domains[name]
+        return self.onehot[name][domain.index(value)] if value in domain else None
+
+    def exponent(self, name: str, prime: int) -> cp_model.LinearExpr:
+        """The exponent of ``prime`` in the knob's value (linear in the one-hot)."""
+        return sum(
+            _exponent(value, prime) * b
+            for value, b in zip(self.domains[name], self.onehot[name], strict=True)
+        )
+
+    def table(self, name: str, knobs: tuple[str, ...], values: np.ndarray) -> cp_model.IntVar:
+        """An integer variable equal to ``values[i_1, ..., i_k]`` at the knobs' indices."""
+        shape = tuple(len(self.domains[k]) for k in knobs)
+        flat = np.asarray(values, dtype=np.int64).reshape(shape).ravel()
+        strides = np.cumprod((1,) + shape[:0:-1])[::-1]
+        index = sum(int(stride) * self.index(k) for stride, k in zip(strides, knobs, strict=True))
+        lower, upper = int(flat.min()), int(flat.max())
+        target = self.model.NewIntVar(min(lower, 0), max(upper, 0), name)
+        self.upper_bounds[target.Index()] = max(upper, 0)
+        if lower == upper:
+            self.model.Add(target == lower)
+        else:
+            self.model.AddElement(index, [int(x) for x in flat], target)
+        return target
+
+    def new_int(self, name: str, upper: int, lower: int = 0) -> cp_model.IntVar:
+        bound = min(int(upper), INT_LIMIT)
+        var = self.model.NewIntVar(lower, bound, name)
+        self.upper_bounds[var.Index()] = bound
+        return var
+
+    def ub(self, var: cp_model.IntVar) -> int:
+        """The upper bound a variable was created with."""
+        return self.upper_bounds[var.Index()]
+
+    def assignment(self, solver: cp_model.CpSolver) -> dict[str, int]:
+        """The chosen value of every one-hot knob in a solution."""
+        return {
+            name: next(v for v, b in zip(self.domains[name], bools, strict=True) if solver.Value(b))
+            for name, bools in self.onehot.items()
+        }
+
+
+def _exponent(value: int, prime: int) -> int:
+    count = 0
+    while value % prime == 0:
+        value //= prime
+        count += 1
+    return count
+
+
+def prime_factors(value: int) -> dict[int, int]:
+    """{prime: exponent} of a positive integer."""
+    factors: dict[int, int] = {}
+    candidate = 2
+    while candidate * candidate <= value:
+        while value % candidate == 0:
+            factors[candidate] = factors.get(candidate, 0) + 1
+            value //= candidate
+        candidate += 1
+    if value > 1:
+        factors[value] = factors.get(value, 0) + 1
+    return factors

@@ -1,0 +1,91 @@
+"""The brute-force oracle: every strategy of the search space, evaluated by the vectorised cost
+model, filtered by the same rules and memory limits, ranked by step time.
+
+It is the reference the CP-SAT planner is tested against and the baseline of the latency
+benchmark; it is exponential in the number of knobs, so only small problems finish quickly.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.step import Knobs, evaluate_terms
+from planner.search_space import KNOBS, SearchSpace, canonical_mask, strategy_from_values
+from planner.specs import Strategy
+
+INNER_KNOBS = tuple(k for k in KNOBS if k not in ("tp", "pp"))
+
+
+@dataclass(frozen=True)
+class Ranked:
+    step_time_s: float
+    strategy: Strategy
+
+
+def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
+    """The rules of planner.rules and constraints/structure.py, vectorised."""
+    m, system, job = ctx.model, ctx.system, ctx.job
+    t, p = k["tp"], k["pp"]
+    d = space.gpus // (t * p)
+    b, v = k["micro_batch"], k["interleave"]
+    ok = (t * p * d == space.gpus) & (job.global_batch % (d * b) == 0)
+    ok &= (m.heads % t == 0) & (m.ffn_hidden % t == 0)
+    ok &= (m.kv_heads % t == 0) | (t % m.kv_heads == 0)
+    ok &= m.layers % p == 0
+    n = job.global_batch // np.maximum(d * b, 1)
+    ok &= (v == 1) | ((p > 1) & (m.layers % (p * v) == 0) & (n % p == 0))
+    if not system.tp_across_domain and len(system.network_tiers) > 1:
+        ok &= t <= (system.network_tiers[0].domain_gpus or 0)
+    ok &= canonical_mask(t, d, k, space.pins)
+    for name, value in space.pins.items():
+        ok &= (d if name == "dp" else k[name]) == value
+    return ok
+
+
+def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> list[Ranked]:
+    """The ``top`` fastest valid strategies that fit in memory, fastest first."""
+    best_steps: list[np.ndarray] = []
+    best_values: list[dict[str, np.ndarray]] = []
+    usable_bytes = ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * BYTES_PER_GIB
+    inner = np.array(list(itertools.product(*(space.domains[k] for k in INNER_KNOBS))))
+    for t, p in itertools.product(space.domains["tp"], space.domains["pp"]):
+        if space.gpus % (t * p):
+            continue
+        values = {name: inner[:, i] for i, name in enumerate(INNER_KNOBS)}
+        values["tp"] = np.full(len(inner), t)
+        values["pp"] = np.full(len(inner), p)
+        ok = valid_mask(ctx, space, values)
+        if not ok.any():
+            continue
+        values = {name: array[ok] for name, array in values.items()}
+        knobs = Knobs.of(**values, dp=values["tp"] * 0 + space.gpus // (t * p))
+        terms = evaluate_terms(ctx, knobs)
+        fits = (terms.first_stage.hbm_total <= usable_bytes) & (
+            terms.last_stage.hbm_total <= usable_bytes
+        )
+        for tier, spec in enumerate(ctx.system.offload_tiers, start=1):
+            fits &= terms.offload_bytes(tier) <= spec.capacity_gib * BYTES_PER_GIB
+        if not fits.any():
+            continue
+        steps = np.broadcast_to(terms.step_time_s, fits.shape)[fits]
+        order = np.argsort(steps, kind="stable")[:top]
+        best_steps.append(steps[order])
+        best_values.append({name: array[fits][order] for name, array in values.items()})
+    if not best_steps:
+        return []
+    steps = np.concatenate(best_steps)
+    merged = {name: np.concatenate([v[name] for v in best_values]) for name in best_values[0]}
+    order = np.argsort(steps, kind="stable")[:top]
+    return [
+        Ranked(
+            step_time_s=float(steps[i]),
+            strategy=strategy_from_values(
+                {name: int(array[i]) for name, array in merged.items()}, space.gpus
+            ),
+        )
+        for i in order
+    ]

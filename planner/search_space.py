@@ -1,0 +1,183 @@
+"""The search space of a planning problem: each knob's domain, and which strategies count.
+
+Both the CP-SAT model (constraints/) and the brute-force oracle (planner.oracle) take their
+domains and rules from here, so they search exactly the same space.
+
+Domains come from the problem: tp and pp range over the divisors of the GPU count (pp at most
+the layer count), the
+micro-batch over the divisors of the global batch (up to ``max_micro_batch``), the interleave
+over the divisors of the layer count (up to ``max_interleave``), offload knobs over the system's
+memory tiers. A few knobs have no effect in some corners (sequence parallelism and TP overlap
+with tp = 1; ZeRO and DP overlap with dp = 1); the space keeps one canonical value there, so that
+distinct strategies differ in something that matters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.errors import InputError
+from planner.rules import divisors
+from planner.specs import RECOMPUTE_CODES, JobSpec, ModelSpec, Strategy, SystemSpec
+
+KNOBS = (
+    "tp",
+    "pp",
+    "micro_batch",
+    "interleave",
+    "recompute",
+    "sequence_parallel",
+    "zero_stage",
+    "offload_weights",
+    "offload_activations",
+    "offload_optimizer",
+    "dp_overlap",
+    "tp_overlap",
+)
+"""The knobs the planner chooses (dp follows from gpus / (tp·pp))."""
+
+PINNABLE = (*KNOBS, "dp")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Knob domains (values, in increasing order) and the user's pins."""
+
+    gpus: int
+    layers: int
+    domains: dict[str, tuple[int, ...]]
+    pins: dict[str, int] = field(default_factory=dict)
+
+    def size(self) -> int:
+        """Points in the product of the domains (before any rule), tp·pp·dp = gpus included."""
+        return int(np.prod([len(values) for values in self.domains.values()], dtype=float))
+
+
+def parse_pin(text: str) -> tuple[str, int]:
+    """``tp=8`` → ("tp", 8); ``recompute=full`` → ("recompute", 2); booleans as true/false."""
+    name, sep, value = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep or name not in PINNABLE:
+        raise InputError(
+            f"--pin {text!r}: expected KNOB=VALUE with KNOB one of {', '.join(PINNABLE)}"
+        )
+    value = value.strip().lower()
+    if name == "recompute":
+        if value not in RECOMPUTE_CODES:
+            raise InputError(f"--pin {text!r}: recompute is one of none, selective, full")
+        return name, RECOMPUTE_CODES[value]
+    if name in ("sequence_parallel", "dp_overlap", "tp_overlap"):
+        if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise InputError(f"--pin {text!r}: {name} is true or false")
+        return name, int(value in ("true", "1", "yes", "on"))
+    try:
+        number = int(value)
+    except ValueError:
+        raise InputError(f"--pin {text!r}: {name} takes a whole number") from None
+    if number < 0 or (number == 0 and name not in ("zero_stage",) and "offload" not in name):
+        raise InputError(f"--pin {text!r}: {name} must be > 0")
+    return name, number
+
+
+def build_search_space(
+    model: ModelSpec,
+    system: SystemSpec,
+    job: JobSpec,
+    gpus: int,
+    pins: dict[str, int] | None = None,
+    max_micro_batch: int = 64,
+    max_interleave: int = 16,
+    prune: bool = True,
+) -> SearchSpace:
+    """Domains for ``gpus`` GPUs. With ``prune``, tp and pp keep only the values the
+    divisibility and placement rules allow (the solver's structural families then cannot fail,
+    and its model is smaller); without, every divisor stays and the rules are left to the
+    constraint families, so that a conflict can be named. A pinned value outside its domain is
+    kept (the solver then reports the conflict) unless it cannot be represented at all. With a
+    flash-attention kernel, selective recompute is the same plan as none and is left out."""
+    pins = dict(pins or {})
+    tiers = tuple(range(len(system.memory_tiers)))
+    tp_values = tuple(divisors(gpus))
+    pp_values = tuple(p for p in divisors(gpus) if p <= model.layers)
+    if prune:
+        domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
+        tp_values = tuple(
+            t
+            for t in tp_values
+            if model.heads % t == 0
+            and model.ffn_hidden % t == 0
+            and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
+            and (system.tp_across_domain or domain is None or t <= domain)
+        )
+        pp_values = tuple(p for p in pp_values if model.layers % p == 0)
+    recompute = (0, 2) if job.attention == "flash" and "recompute" not in pins else (0, 1, 2)
+    domains: dict[str, tuple[int, ...]] = {
+        "tp": tp_values,
+        "pp": pp_values,
+        "micro_batch": tuple(b for b in divisors(job.global_batch) if b <= max_micro_batch),
+        "interleave": tuple(v for v in divisors(model.layers) if v <= max_interleave),
+        "recompute": recompute,
+        "sequence_parallel": (0, 1),
+        "zero_stage": (0, 1, 2, 3),
+        "offload_weights": tiers,
+        "offload_activations": tiers,
+        "offload_optimizer": tiers,
+        "dp_overlap": (0, 1),
+        "tp_overlap": (0, 1),
+    }
+    for name, value in pins.items():
+        if name == "dp":
+            if gpus % value:
+                raise InputError(f"--pin dp={value}: dp must divide gpus = {gpus}")
+            continue
+        if name in ("tp", "pp") and gpus % value:
+            raise InputError(f"--pin {name}={value}: {name} must divide gpus = {gpus}")
+        if name.startswith("offload") and value not in tiers:
+            raise InputError(
+                f"--pin {name}={value}: system {system.name!r} has memory tiers 0..{tiers[-1]}"
+            )
+        if name == "zero_stage" and value > 3:
+            raise InputError(f"--pin zero_stage={value}: allowed 0..3")
+        if value not in domains[name]:
+            domains[name] = tuple(sorted({*domains[name], value}))
+    return SearchSpace(gpus=gpus, layers=model.layers, domains=domains, pins=pins)
+
+
+def canonical_mask(
+    tp: np.ndarray, dp: np.ndarray, k: dict[str, np.ndarray], pins: dict[str, int]
+) -> np.ndarray:
+    """True where no knob that has no effect departs from its canonical value (unpinned ones
+    only): sequence_parallel and tp_overlap are off when tp = 1; zero_stage is 0 and dp_overlap
+    on when dp = 1."""
+    keep = np.ones(np.broadcast(tp, dp).shape, dtype=bool)
+    if "sequence_parallel" not in pins:
+        keep &= (tp > 1) | (k["sequence_parallel"] == 0)
+    if "tp_overlap" not in pins:
+        keep &= (tp > 1) | (k["tp_overlap"] == 0)
+    if "zero_stage" not in pins:
+        keep &= (dp > 1) | (k["zero_stage"] == 0)
+    if "dp_overlap" not in pins:
+        keep &= (dp > 1) | (k["dp_overlap"] == 1)
+    return keep
+
+
+def strategy_from_values(values: dict[str, int], gpus: int) -> Strategy:
+    """A Strategy from knob values (recompute as its 0/1/2 code)."""
+    names = {code: name for name, code in RECOMPUTE_CODES.items()}
+    return Strategy(
+        tp=values["tp"],
+        pp=values["pp"],
+        dp=gpus // (values["tp"] * values["pp"]),
+        micro_batch=values["micro_batch"],
+        interleave=values["interleave"],
+        recompute=names[values["recompute"]],
+        sequence_parallel=bool(values["sequence_parallel"]),
+        zero_stage=values["zero_stage"],
+        offload_weights=values["offload_weights"],
+        offload_activations=values["offload_activations"],
+        offload_optimizer=values["offload_optimizer"],
+        dp_overlap=bool(values["dp_overlap"]),
+        tp_overlap=bool(values["tp_overlap"]),
+    )

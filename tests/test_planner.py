@@ -1,0 +1,176 @@
+"""The CP-SAT planner against the brute-force oracle over the same space and cost model."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.cost.context import CostContext
+from planner.oracle import enumerate_strategies
+from planner.plan import plan
+from planner.search_space import build_search_space, parse_pin
+from planner.specs import JobSpec
+from tests.conftest import gpt_model, simple_system
+
+REL = 1e-4
+"""Solver and oracle optima agree to the objective's resolution (10^-6 of the ideal step per
+table entry); 10^-4 leaves room for the sum of roundings."""
+
+
+@st.composite
+def problems(draw):
+    heads = draw(st.sampled_from([4, 8, 12, 16]))
+    head_dim = draw(st.sampled_from([32, 64]))
+    layers = draw(st.sampled_from([2, 4, 6, 8, 12]))
+    model = gpt_model(
+        hidden=heads * head_dim,
+        heads=heads,
+        layers=layers,
+        kv_heads=draw(st.sampled_from([k for k in (1, 2, 4, heads) if heads % k == 0])),
+        ffn_hidden=4 * heads * head_dim,
+        ffn_kind=draw(st.sampled_from(["gelu", "swiglu"])),
+        vocab=draw(st.sampled_from([1000, 32000])),
+        seq_len=draw(st.sampled_from([512, 2048])),
+    )
+    gpus = draw(st.sampled_from([4, 6, 8, 12, 16, 24, 32]))
+    batch = gpus * draw(st.sampled_from([1, 2, 3, 4, 8]))
+    offload = draw(st.booleans())
+    tiers = [
+        dict(
+            name="HBM",
+            capacity_gib=draw(st.sampled_from([0.1, 0.25, 0.5, 1, 2, 16])),
+            bandwidth_gbps=2000,
+        )
+    ]
+    if offload:
+        tiers.append(
+            dict(
+                name="host",
+                capacity_gib=draw(st.sampled_from([0.5, 8])),
+                bandwidth_gbps=draw(st.sampled_from([10, 100])),
+            )
+        )
+    system = simple_system(
+        memory_tiers=tiers,
+        network_tiers=[
+            dict(
+                name="nvlink",
+                domain_gpus=draw(st.sampled_from([2, 4, 8])),
+                bandwidth_gbps=300,
+                latency_us=2,
+                efficiency=0.8,
+            ),
+            dict(
+                name="ib",
+                bandwidth_gbps=draw(st.sampled_from([5, 25])),
+                latency_us=5,
+                efficiency=0.8,
+            ),
+        ],
+    )
+    job = JobSpec(
+        global_batch=batch,
+        hbm_reserve_gib=0.01,
+        attention=draw(st.sampled_from(["flash", "materialized"])),
+    )
+    return model, system, job, gpus
+
+
+def oracle(model, system, job, gpus, pins=None, top=1):
+    ctx = CostContext(model, system, job)
+    space = build_search_space(model, system, job, gpus, pins, max_micro_batch=8, max_interleave=4)
+    return enumerate_strategies(ctx, space, top)
+
+
+def solve(model, system, job, gpus, pins=None, top=1):
+    from planner import search_space
+
+    original = search_space.build_search_space
+
+    def small(*args, **kwargs):
+        return original(*args, **{**kwargs, "max_micro_batch": 8, "max_interleave": 4})
+
+    search_space_build = pytest.MonkeyPatch()
+    search_space_build.setattr("planner.plan.build_search_space", small)
+    try:
+        return plan(model, system, job, gpus, pins=pins, top=top)
+    finally:
+        search_space_build.undo()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_solver_optimum_equals_oracle_optimum(problem) -> None:
+    model, system, job, gpus = problem
+    expected = oracle(model, system, job, gpus)
+    result = solve(model, system, job, gpus)
+    if not expected:
+        assert result.status == "infeasible"
+        return
+    assert result.status == "optimal"
+    assert result.estimate is not None and result.estimate.fits
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+    assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from([2, 3, 5]))
+def test_top_k_matches_the_oracles_k_best(problem, k) -> None:
+    model, system, job, gpus = problem
+    expected = oracle(model, system, job, gpus, top=k)
+    result = solve(model, system, job, gpus, top=k)
+    if not expected:
+        assert result.status == "infeasible"
+        return
+    steps = [a.step_time_s for a in result.alternatives]
+    assert len({a.strategy for a in result.alternatives}) == len(steps)
+    assert steps == sorted(steps) or all(
+        later >= earlier * (1 - REL) for earlier, later in zip(steps, steps[1:], strict=False)
+    )
+    assert steps == pytest.approx([r.step_time_s for r in expected], rel=REL)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    problems(),
+    st.sampled_from(
+        [
+            "tp=2",
+            "pp=2",
+            "recompute=full",
+            "zero_stage=1",
+            "micro_batch=1",
+            "dp=2",
+            "sequence_parallel=true",
+        ]
+    ),
+)
+def test_pins_are_honoured_and_optimal_among_pinned(problem, pin) -> None:
+    model, system, job, gpus = problem
+    name, value = parse_pin(pin)
+    pins = {name: value}
+    expected = oracle(model, system, job, gpus, pins)
+    result = solve(model, system, job, gpus, pins)
+    if not expected:
+        assert result.status == "infeasible"
+        return
+    chosen = result.strategy.model_dump()
+    chosen["recompute"] = {"none": 0, "selective": 1, "full": 2}[chosen["recompute"]]
+    assert int(chosen[name]) == value
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+
+
+def test_catalog_problem_is_proven_optimal_and_objective_matches_evaluation() -> None:
+    result = plan("gpt3-175b", "dgx-a100-80g", JobSpec(global_batch=1536), 1024)
+    assert result.status == "optimal"
+    assert result.solver.gap == pytest.approx(0, abs=1e-9)
+    assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)
+    assert result.estimate.fits
+
+
+def test_infeasible_problem_names_conflicting_families() -> None:
+    result = plan("mt-128t", "dgx-a100-80g", JobSpec(global_batch=64), 64)
+    assert result.status == "infeasible"
+    assert result.strategy is None
+    assert any("HBM" in label for label in result.conflicting)
