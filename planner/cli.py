@@ -18,6 +18,8 @@ import hardware_catalog
 from planner import report
 from planner.api import as_model, as_system, evaluate
 from planner.errors import InputError, describe_validation_error
+from planner.plan import plan
+from planner.search_space import parse_pin
 from planner.specs import JobSpec, Strategy
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
@@ -138,6 +140,27 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate_cmd = commands.add_parser("evaluate", help="predict one strategy's step time")
     _add_problem_args(evaluate_cmd)
     _add_strategy_args(evaluate_cmd)
+
+    plan_cmd = commands.add_parser("plan", help="find the provably optimal strategy")
+    _add_problem_args(plan_cmd)
+    plan_cmd.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="fix a knob, e.g. --pin tp=8 --pin recompute=full (repeatable)",
+    )
+    plan_cmd.add_argument(
+        "--top", type=_positive_int, default=1, help="also list the K best distinct strategies"
+    )
+    plan_cmd.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=60.0,
+        help="solver time limit in seconds (default 60)",
+    )
+    plan_cmd.add_argument("--max-micro-batch", type=_positive_int, default=64)
+    plan_cmd.add_argument("--max-interleave", type=_positive_int, default=16)
     return parser
 
 
@@ -263,7 +286,45 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if estimate.fits else EXIT_INFEASIBLE
 
 
-COMMANDS = {"catalog": run_catalog, "evaluate": run_evaluate}
+def run_plan(args: argparse.Namespace, console: Console) -> int:
+    model, system = as_model(args.model), as_system(args.system)
+    job = _job(args)
+    if args.gpus is None:
+        raise InputError("plan needs --gpus (how many GPUs to plan for)")
+    pins = dict(parse_pin(text) for text in args.pin)
+    result = plan(
+        model,
+        system,
+        job,
+        args.gpus,
+        pins=pins,
+        top=args.top,
+        time_limit_s=args.time_limit,
+        max_micro_batch=args.max_micro_batch,
+        max_interleave=args.max_interleave,
+    )
+    if args.json:
+        payload = {
+            "model": model.name,
+            "system": system.name,
+            "gpus": args.gpus,
+            "job": job.model_dump(mode="json"),
+            "status": result.status,
+            "strategy": result.strategy.model_dump(mode="json") if result.strategy else None,
+            "estimate": result.estimate.model_dump(mode="json") if result.estimate else None,
+            "solver": result.solver.model_dump(mode="json"),
+        }
+        if args.top > 1:
+            payload["alternatives"] = [a.model_dump(mode="json") for a in result.alternatives]
+        if result.status == "infeasible":
+            payload["conflicting"] = result.conflicting
+        _print_json(payload)
+    else:
+        report.print_plan(console, result, model, system, job, args.gpus)
+    return EXIT_OK if result.strategy is not None else EXIT_INFEASIBLE
+
+
+COMMANDS = {"catalog": run_catalog, "evaluate": run_evaluate, "plan": run_plan}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -125,7 +125,7 @@ def source_for(path: str, sources: dict[str, str]) -> str:
 
 
 def strategy_table(strategy: Strategy) -> Table:
-    table = Table(title=f"Strategy: {strategy.describe()}", title_justify="left")
+    table = Table(title="Strategy", title_justify="left")
     table.add_column("knob")
     table.add_column("value", justify="right")
     for name, value in strategy.model_dump().items():
@@ -200,6 +200,7 @@ def summary_table(estimate: Estimate, gpus: int) -> Table:
 def print_estimate(
     console: Console, estimate: Estimate, strategy: Strategy, system: SystemSpec
 ) -> None:
+    console.print(f"[bold]strategy:[/] {strategy.describe()}")
     console.print(strategy_table(strategy))
     console.print(breakdown_table(estimate))
     console.print(memory_table(estimate, system))
@@ -208,3 +209,52 @@ def print_estimate(
         console.print(f"[yellow]warning:[/] {warning}")
     for overflow in estimate.overflows:
         console.print(f"[red]does not fit:[/] {overflow}")
+
+
+def print_plan(
+    console: Console, result, model: ModelSpec, system: SystemSpec, job, gpus: int
+) -> None:
+    """A plan: status line, the strategy and its tables, alternatives; or the conflict."""
+    solver = result.solver
+    console.print(
+        f"[bold]{model.name}[/] ({format_params(model.params)}) on {gpus} GPUs of "
+        f"[bold]{system.name}[/], global batch {job.global_batch}, sequence "
+        f"{job.seq_len_for(model)}"
+    )
+    if result.strategy is None:
+        console.print(
+            f"[red]No feasible strategy[/] (status {result.status}, {solver.wall_time_s:.2f} s)."
+        )
+        if result.conflicting:
+            console.print("Constraint families that together admit no strategy:")
+            for label in result.conflicting:
+                console.print(f"  - {label}")
+        return
+    proof = (
+        "[green]proven optimal[/]"
+        if result.status == "optimal"
+        else f"[yellow]best found, gap {solver.gap:.2%}[/] (time limit)"
+    )
+    console.print(
+        f"{proof} in {solver.wall_time_s:.2f} s over a space of {solver.search_space:,} "
+        f"knob combinations (CP-SAT: {solver.variables} variables, {solver.constraints} "
+        f"constraints, {solver.table_entries} table entries)"
+    )
+    print_estimate(console, result.estimate, result.strategy, system)
+    if result.alternatives:
+        table = Table(title="Best strategies", title_justify="left")
+        for column in ("rank", "strategy", "step s", "vs best", "MFU", "differs in"):
+            table.add_column(
+                column, justify="left" if column in ("strategy", "differs in") else "right"
+            )
+        best = result.alternatives[0].step_time_s
+        for alt in result.alternatives:
+            table.add_row(
+                str(alt.rank),
+                alt.strategy.describe(),
+                f"{alt.step_time_s:.4g}",
+                f"{alt.step_time_s / best - 1:+.2%}",
+                f"{alt.mfu:.1%}",
+                ", ".join(alt.differs_in) or "-",
+            )
+        console.print(table)

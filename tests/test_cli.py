@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -344,3 +345,81 @@ def test_python_dash_m_entry_point() -> None:
     )
     assert result.returncode == 0
     assert any(m["name"] == "mt-128t" for m in json.loads(result.stdout))
+
+
+PLAN = [
+    "plan",
+    "--model",
+    "gpt3-13b",
+    "--system",
+    "dgx-h100",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "256",
+]
+
+
+def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, *PLAN, "--top", "3", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["status"] == "optimal"
+    assert payload["strategy"]["tp"] * payload["strategy"]["pp"] * payload["strategy"]["dp"] == 64
+    for key in ("wall_time_s", "objective_step_s", "bound_step_s", "gap"):
+        assert key in payload["solver"]
+    assert payload["estimate"]["step_time_s"] == pytest.approx(
+        payload["solver"]["objective_step_s"], rel=1e-3
+    )
+    steps = [a["step_time_s"] for a in payload["alternatives"]]
+    assert len(steps) == 3 and steps[0] == pytest.approx(payload["estimate"]["step_time_s"])
+    assert all(b >= a * (1 - 1e-6) for a, b in zip(steps, steps[1:], strict=False))
+
+
+def test_plan_pins_and_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, *PLAN, "--pin", "tp=2", "--pin", "recompute=full")
+    assert code == 0
+    assert "proven optimal" in out and "tp=2" in out and "full" in out
+
+
+def test_plan_infeasible_exits_3_with_conflict(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--model",
+        "mt-128t",
+        "--system",
+        "dgx-a100-80g",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "64",
+    )
+    assert code == 3
+    assert "No feasible strategy" in out and "HBM fit" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        ([*PLAN, "--pin", "tpp=2"], "expected KNOB=VALUE"),
+        ([*PLAN, "--pin", "tp=3"], "tp must divide gpus"),
+        ([*PLAN, "--pin", "recompute=most"], "recompute is one of"),
+        ([*PLAN, "--pin", "offload_weights=2"], "memory tiers 0..0"),
+        ([*PLAN, "--top", "0"], "must be > 0"),
+        (PLAN[:5] + PLAN[7:], "plan needs --gpus"),
+    ],
+)
+def test_plan_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err and err.strip().count("\n") == 0
+
+
+def test_example_script_runs() -> None:
+    script = Path(__file__).resolve().parents[1] / "examples" / "plan_from_python.py"
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "optimal" in result.stdout
