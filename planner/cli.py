@@ -10,17 +10,21 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
 import hardware_catalog
 from planner import report
 from planner.api import as_model, as_system, evaluate
+from planner.calibration import PARAMETERS, apply_params, current_params, fit
 from planner.errors import InputError, describe_validation_error
 from planner.plan import plan
 from planner.search_space import parse_pin
 from planner.specs import JobSpec, Strategy
+from planner.validation import load_dataset, validate
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
 
@@ -161,6 +165,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan_cmd.add_argument("--max-micro-batch", type=_positive_int, default=64)
     plan_cmd.add_argument("--max-interleave", type=_positive_int, default=16)
+
+    validate_cmd = commands.add_parser(
+        "validate", help="predicted vs measured step time of real training runs"
+    )
+    validate_cmd.add_argument(
+        "--dataset", help="YAML/JSON file of runs (default: the bundled published runs)"
+    )
+    validate_cmd.add_argument("--json", action="store_true")
+
+    calibrate_cmd = commands.add_parser(
+        "calibrate", help="fit a system's efficiency parameters to measured runs"
+    )
+    calibrate_cmd.add_argument("--dataset", help="YAML/JSON file of runs (default: bundled)")
+    calibrate_cmd.add_argument(
+        "--system", required=True, help="the system whose runs to fit (name as used in the dataset)"
+    )
+    calibrate_cmd.add_argument(
+        "--free",
+        default=",".join(PARAMETERS),
+        help=f"comma-separated parameters to fit (default: all of {', '.join(PARAMETERS)})",
+    )
+    calibrate_cmd.add_argument("--out", help="write the calibrated system spec to this YAML file")
+    calibrate_cmd.add_argument("--json", action="store_true")
     return parser
 
 
@@ -324,7 +351,55 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if result.strategy is not None else EXIT_INFEASIBLE
 
 
-COMMANDS = {"catalog": run_catalog, "evaluate": run_evaluate, "plan": run_plan}
+def run_validate(args: argparse.Namespace, console: Console) -> int:
+    result = validate(load_dataset(args.dataset))
+    if args.json:
+        _print_json(result.model_dump(mode="json"))
+    else:
+        report.print_validation(console, result)
+    return EXIT_OK
+
+
+def run_calibrate(args: argparse.Namespace, console: Console) -> int:
+    dataset = load_dataset(args.dataset)
+    system = as_system(args.system)
+    free = [name.strip() for name in args.free.split(",") if name.strip()]
+    before = current_params(system)
+    params, _ = fit(dataset, system, free)
+    note = (
+        f"fitted by `planner calibrate` to the {args.dataset or 'bundled'} dataset's runs on "
+        f"{system.name}"
+    )
+    calibrated = apply_params(system, params, note)
+    result = validate(dataset, {system.name: calibrated})
+    runs = [r for r in result.runs if r.system == system.name]
+    if args.out:
+        Path(args.out).write_text(
+            yaml.safe_dump(calibrated.model_dump(mode="json"), sort_keys=False, width=100),
+            encoding="utf-8",
+        )
+    if args.json:
+        _print_json(
+            {
+                "system": system.name,
+                "before": before.model_dump(),
+                "after": params.model_dump(),
+                "runs": [r.model_dump() for r in runs],
+                "written": args.out,
+            }
+        )
+    else:
+        report.print_calibration(console, system.name, before, params, runs, args.out)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "catalog": run_catalog,
+    "evaluate": run_evaluate,
+    "plan": run_plan,
+    "validate": run_validate,
+    "calibrate": run_calibrate,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

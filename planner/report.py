@@ -258,3 +258,62 @@ def print_plan(
                 ", ".join(alt.differs_in) or "-",
             )
         console.print(table)
+
+
+def print_validation(console: Console, result) -> None:
+    """Predicted vs measured per run, then mean and worst error per group and overall."""
+    table = Table(title="Predicted vs measured step time", title_justify="left")
+    table.add_column("run", no_wrap=True)
+    for column in (
+        "GPUs",
+        "strategy",
+        "measured s",
+        "predicted s",
+        "error",
+        "MFU meas",
+        "MFU pred",
+    ):
+        table.add_column(
+            column, justify="left" if column == "strategy" else "right", overflow="fold"
+        )
+    for r in result.runs:
+        table.add_row(
+            r.id,
+            str(r.gpus),
+            r.strategy,
+            f"{r.measured_step_time_s:.4g}",
+            f"{r.predicted_step_time_s:.4g}",
+            f"{r.error:+.1%}",
+            f"{r.measured_mfu:.1%}",
+            f"{r.predicted_mfu:.1%}",
+        )
+    console.print(table)
+    summary = Table(title="Absolute step-time error", title_justify="left")
+    for column in ("group", "runs", "mean", "worst"):
+        summary.add_column(column, justify="left" if column == "group" else "right")
+    for g in [*result.groups, result.overall]:
+        summary.add_row(g.group, str(g.runs), f"{g.mean_abs_error:.1%}", f"{g.worst_abs_error:.1%}")
+    console.print(summary)
+
+
+def print_calibration(
+    console: Console, system: str, before, after, runs, written: str | None
+) -> None:
+    table = Table(title=f"Calibrated efficiency parameters of {system}", title_justify="left")
+    table.add_column("parameter")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    for name, value in after.model_dump().items():
+        table.add_row(name, f"{getattr(before, name):.4g}", f"{value:.4g}")
+    console.print(table)
+    errors = Table(title="Step-time error after calibration", title_justify="left")
+    errors.add_column("run")
+    errors.add_column("error", justify="right")
+    for r in runs:
+        errors.add_row(r.id, f"{r.error:+.1%}")
+    console.print(errors)
+    mean = sum(abs(r.error) for r in runs) / len(runs)
+    worst = max(abs(r.error) for r in runs)
+    console.print(f"{len(runs)} runs: mean absolute error {mean:.1%}, worst {worst:.1%}")
+    if written:
+        console.print(f"calibrated system spec written to {written}")

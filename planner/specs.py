@@ -125,6 +125,12 @@ class AcceleratorSpec(Spec):
     name: str
     peak_tflops: dict[Precision, float]
     matmul_efficiency: tuple[MatmulEfficiencyPoint, ...] = Field(min_length=1)
+    gemm_stack_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Fraction of the matmul curve a training stack's GEMMs achieve in a real step (launch
+    gaps, kernel overheads, clocks under load); calibrated against measured runs."""
+    attention_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """The attention core (scores, softmax, attention · V; a flash kernel or batched GEMMs)
+    runs at this fraction of the matmul curve's efficiency for its size."""
 
     @field_validator("peak_tflops")
     @classmethod

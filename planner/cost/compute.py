@@ -1,6 +1,9 @@
 """Compute time of one transformer block on one TP rank, per micro-batch.
 
-time = Σ GEMM FLOPs / (peak · efficiency(GEMM FLOPs)) + memory-bound bytes / HBM bandwidth.
+time = Σ GEMM FLOPs / (peak · efficiency(GEMM FLOPs) · stack) + memory-bound bytes / HBM
+bandwidth, where efficiency() is the accelerator's matmul curve (raw GEMM benchmarks) and stack
+its ``gemm_stack_efficiency`` (what a training stack achieves of it, calibrated); the attention
+core runs at ``attention_efficiency`` times the curve instead.
 
 Memory-bound traffic per block forward (bytes, e = 2): two layer norms 4·e·s·b·h; two
 bias-dropout-residual adds 2·(3·e + 1)·s·b·h (the 1 is the dropout mask, if the model uses
@@ -62,8 +65,11 @@ def block_times(
     """Forward, backward and recompute time of one block per micro-batch on one rank."""
     accel, peak, hbm = ctx.system.accelerator, ctx.peak_flops, ctx.hbm_bytes_per_s
     gemms = block_gemms(ctx, tp, mb)
-    gemm_s = sum(matmul_time_s(accel, peak, flops) for flops in gemms.projections)
-    core_s = matmul_time_s(accel, peak, gemms.attention_core)
+    gemm_s = (
+        sum(matmul_time_s(accel, peak, flops) for flops in gemms.projections)
+        / accel.gemm_stack_efficiency
+    )
+    core_s = matmul_time_s(accel, peak, gemms.attention_core) / accel.attention_efficiency
     other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, mb, sp)
     other_s, softmax_s = other_bytes / hbm, softmax_bytes / hbm
     forward = gemm_s + core_s + other_s + softmax_s
@@ -82,6 +88,7 @@ def lm_head_time_s(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> np.ndarray
     entropy that writes fp32 logits, reads them and writes their gradient (3 × 4 bytes each)."""
     t = np.asarray(tp, dtype=float)
     flops = logits_forward_flops(ctx, mb) / t
-    gemm = matmul_time_s(ctx.system.accelerator, ctx.peak_flops, flops)
+    accel = ctx.system.accelerator
+    gemm = matmul_time_s(accel, ctx.peak_flops, flops) / accel.gemm_stack_efficiency
     loss_bytes = 12 * np.asarray(mb, dtype=float) * ctx.seq_len * ctx.model.vocab / t
     return 3 * gemm + loss_bytes / ctx.hbm_bytes_per_s
