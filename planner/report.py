@@ -264,18 +264,10 @@ def print_validation(console: Console, result) -> None:
     """Predicted vs measured per run, then mean and worst error per group and overall."""
     table = Table(title="Predicted vs measured step time", title_justify="left")
     table.add_column("run", no_wrap=True)
-    for column in (
-        "GPUs",
-        "strategy",
-        "measured s",
-        "predicted s",
-        "error",
-        "MFU meas",
-        "MFU pred",
-    ):
-        table.add_column(
-            column, justify="left" if column == "strategy" else "right", overflow="fold"
-        )
+    table.add_column("GPUs", justify="right")
+    table.add_column("strategy", min_width=24, overflow="fold")
+    for column in ("measured s", "predicted s", "error", "MFU meas", "MFU pred"):
+        table.add_column(column, justify="right")
     for r in result.runs:
         table.add_row(
             r.id,
