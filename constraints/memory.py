@@ -24,8 +24,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> None:
     reserve = math.ceil(ctx.job.hbm_reserve_gib * (1 << 30) / KIB)
     usable = math.floor(ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * (1 << 30) / KIB)
 
-    micro_batches = variables.new_int("n_for_memory", max(variables.domains["micro_batches"]), 1)
-    m.Add(micro_batches == variables.value("micro_batches"))
+    micro_batches = variables.micro_batch_count()
     pp_value = variables.new_int("pp_value", max(variables.domains["pp"]), 1)
     m.Add(pp_value == variables.value("pp"))
     in_flight = variables.new_int("in_flight", max(variables.domains["pp"]))

@@ -1,17 +1,18 @@
 """The step-time objective, linear in tabulated terms (the cost model's formula in
 planner/cost/step.py, re-expressed over integer table variables).
 
-With φ = B·t/(N·b) (so the micro-batch count is n = p·φ), U the per-block per-micro-batch time
-(compute + exposed TP + exposed offload), H the LM head and M one PP message per micro-batch:
+With U the per-block per-micro-batch time (compute + exposed TP + exposed offload), H the LM
+head and M one PP message per micro-batch, and n·U, n·H, n·M their per-step tables
+(n = B/(d·b) micro-batches):
 
     pipeline = n·T + (p−1)/v·T,   T = (L/p)·U + H + [p>1]·2v·M
-             = L·φ·U + p·φ·H + [p>1]·2pv·φ·M  +  ((p−1)·L·U + p(p−1)·H + [p>1]·2pv(p−1)·M)/(pv)
+    p·v·pipeline = v·L·(n·U) + p·v·(n·H) + [p>1]·2p·v²·(n·M)
+                   + (p−1)·L·U + p(p−1)·H + [p>1]·2p·v(p−1)·M
 
-The φ-scaled products are tables over (tp, micro_batch, ...) of their own; what multiplies them
-depends only on (pp, interleave), so each (pp, interleave) pair literal enforces one linear
-inequality with integer coefficients (multiplied through by p·v). DP exposure is
-max(0, comm − window) per part (AddMax-style: two inequalities under minimisation); its per
-micro-batch part multiplies the micro-batch count by the comm table (AddMultiplicationEquality).
+Every coefficient depends only on (pp, interleave), so each pair literal enforces one linear
+inequality with integer coefficients. DP exposure is max(0, comm − window) per part (two
+inequalities under minimisation); its per-micro-batch part multiplies the micro-batch count by
+the comm table (AddMultiplicationEquality).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from constraints.tables import TableBuilder
+from constraints.tables import PerBlock, TableBuilder
 from constraints.variables import INT_LIMIT, Variables
 
 
@@ -43,67 +44,54 @@ def linear(terms: list[tuple[int, cp_model.IntVar]]) -> cp_model.LinearExpr:
 
 def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     m, layers = variables.model, tables.ctx.model.layers
-    compute, forward, compute_step, forward_step = tables.block_compute()
-    tp, tp_step = tables.tp_exposed()
-    head, message, head_step, message_step = tables.head_and_message()
-    if len(tables.ctx.system.memory_tiers) > 1:
-        off_f, off_b, off_f_step, off_b_step = tables.offload_exposed()
-        offload, offload_step = [(1, off_f), (1, off_b)], [(1, off_f_step), (1, off_b_step)]
-    else:
-        offload, offload_step = [], []
-    per_block = [(1, compute), (1, tp), *offload]
-    per_block_step = [(1, compute_step), (1, tp_step), *offload_step]
+    compute, forward = tables.block_compute()
+    tp = tables.tp_exposed()
+    head, message = tables.head(), tables.pp_message()
+    offload = list(tables.offload_exposed()) if len(tables.ctx.system.memory_tiers) > 1 else []
+    per_block = [compute, tp, *offload]
 
     pp_values, v_values = variables.domains["pp"], variables.domains["interleave"]
-    bounds = []
-    for a, c in variables.pairs:
-        p, v = pp_values[a], v_values[c]
-        bounds.append(
-            upper(
-                variables,
-                _pipeline_terms(
-                    p, v, layers, per_block, per_block_step, head, message, head_step, message_step
-                ),
-            )
-            // (p * v)
-            + 1
-        )
-    pipeline = variables.new_int("pipeline", max(bounds))
-    # Implied by every pair's inequality (p, v ≥ 1): gives the LP relaxation a real bound.
-    m.Add(pipeline >= linear(per_block_step) + head_step)
+    terms_by_pair = {
+        (a, c): _pipeline_terms(pp_values[a], v_values[c], layers, per_block, head, message)
+        for a, c in variables.pairs
+    }
+    pipeline = variables.new_int(
+        "pipeline",
+        max(
+            upper(variables, terms) // (pp_values[a] * v_values[c]) + 1
+            for (a, c), terms in terms_by_pair.items()
+        ),
+    )
     for (a, c), pair in variables.pairs.items():
         p, v = pp_values[a], v_values[c]
-        terms = _pipeline_terms(
-            p, v, layers, per_block, per_block_step, head, message, head_step, message_step
-        )
-        m.Add(p * v * pipeline >= linear(terms)).OnlyEnforceIf(pair)
+        m.Add(p * v * pipeline >= linear(terms_by_pair[(a, c)])).OnlyEnforceIf(pair)
 
     after, before, per_mb = tables.dp_comm()
     overlap = variables.onehot["dp_overlap"][1] if 1 in variables.domains["dp_overlap"] else None
-    backward_window = [(1, compute), (-1, forward)] + ([offload[1]] if offload else [])
-    forward_window = [(1, forward)] + ([offload[0]] if offload else [])
+    off_f = [(1, offload[0].once, 0)] if offload else []
+    off_b = [(1, offload[1].once, 0)] if offload else []
     exposed_after = _exposed_once(
-        variables, "dp_after_exposed", after, backward_window, layers, overlap
+        variables,
+        "dp_after_exposed",
+        after,
+        [(1, compute.once, 0), (-1, forward.once, 0), *off_b],
+        layers,
+        overlap,
     )
     exposed_before = _exposed_once(
-        variables, "dp_before_exposed", before, forward_window, layers, overlap
+        variables, "dp_before_exposed", before, [(1, forward.once, 0), *off_f], layers, overlap
     )
 
-    micro_batches = variables.new_int(
-        "micro_batches_value", max(variables.domains["micro_batches"]), 1
-    )
-    m.Add(micro_batches == variables.value("micro_batches"))
+    micro_batches = variables.micro_batch_count()
     comm_all = variables.new_int(
         "dp_per_step_comm", variables.ub(micro_batches) * variables.ub(per_mb)
     )
     m.AddMultiplicationEquality(comm_all, [micro_batches, per_mb])
-    exposed_mb = variables.new_int("dp_micro_batch_exposed", variables.ub(comm_all))
-    window_step = linear([(1, compute_step)] + offload_step)
-    if overlap is not None:
-        m.Add(exposed_mb >= comm_all - window_step).OnlyEnforceIf(overlap)
-        m.Add(exposed_mb >= comm_all).OnlyEnforceIf(overlap.Not())
-    else:
-        m.Add(exposed_mb >= comm_all)
+    window_step = [(1, compute.per_step, compute.pp_power)]
+    window_step += [(1, o.per_step, o.pp_power) for o in offload]
+    exposed_mb = _exposed_once(
+        variables, "dp_micro_batch_exposed", comm_all, window_step, layers, overlap
+    )
 
     optimizer = tables.optimizer()
     dp_exposed = (exposed_after, exposed_before, exposed_mb)
@@ -114,16 +102,18 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
 
 
 def _pipeline_terms(
-    p, v, layers, per_block, per_block_step, head, message, head_step, message_step
+    p: int, v: int, layers: int, per_block: list[PerBlock], head: PerBlock, message: PerBlock
 ) -> list[tuple[int, cp_model.IntVar]]:
     """p·v × pipeline, as (coefficient, variable) terms (see the module docstring)."""
     pv = p * v
-    terms = [(pv * coef, var) for coef, var in per_block_step]
-    terms += [(pv * p, head_step)]
-    terms += [((p - 1) * layers * coef, var) for coef, var in per_block]
-    terms += [(p * (p - 1), head)]
+    terms = [(v * layers * p**x.pp_power, x.per_step) for x in per_block]
+    terms += [(pv * p**head.pp_power, head.per_step), (p * (p - 1), head.once)]
+    terms += [((p - 1) * layers, x.once) for x in per_block]
     if p > 1:
-        terms += [(2 * pv * pv, message_step), (2 * pv * (p - 1), message)]
+        terms += [
+            (2 * pv * v * p**message.pp_power, message.per_step),
+            (2 * pv * (p - 1), message.once),
+        ]
     return [(coef, var) for coef, var in terms if coef]
 
 
@@ -131,12 +121,14 @@ def _exposed_once(
     variables: Variables,
     name: str,
     comm: cp_model.IntVar,
-    window: list[tuple[int, cp_model.IntVar]],
+    window: list[tuple[int, cp_model.IntVar, int]],
     layers: int,
     overlap: cp_model.IntVar | None,
 ) -> cp_model.IntVar:
-    """max(0, comm − (L/p)·window) for a once-per-step DP transfer: p·x ≥ p·comm − L·window
-    under each pp literal when overlapping, x ≥ comm otherwise."""
+    """max(0, comm − (L/p)·window): p·x ≥ p·comm − L·window under each pp literal when
+    overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation makes it the max).
+    ``window`` terms are (coefficient, variable, pp power): the coefficient is multiplied by
+    pp to that power."""
     m = variables.model
     exposed = variables.new_int(name, variables.ub(comm))
     if overlap is None:
@@ -144,5 +136,6 @@ def _exposed_once(
         return exposed
     m.Add(exposed >= comm).OnlyEnforceIf(overlap.Not())
     for p, chosen in zip(variables.domains["pp"], variables.onehot["pp"], strict=True):
-        m.Add(p * exposed >= p * comm - layers * linear(window)).OnlyEnforceIf([overlap, chosen])
+        window_p = sum(coef * p**power * var for coef, var, power in window)
+        m.Add(p * exposed >= p * comm - layers * window_p).OnlyEnforceIf([overlap, chosen])
     return exposed

@@ -19,15 +19,31 @@ from planner.specs import JobSpec, ModelSpec, SystemSpec
 
 
 def add_factorization(variables: Variables) -> None:
-    literal = variables.family("factorization", "tp·pp·dp = GPUs")
-    for prime, power in prime_factors(variables.space.gpus).items():
+    """A fixed GPU count: the exponents of each of its primes in tp, pp, dp add up. A free one:
+    tp·pp·dp (a product variable) at most the bound, a multiple of ``gpu_multiple`` (exponent
+    sums at least those of the multiple)."""
+    space, m = variables.space, variables.model
+    if space.gpus is not None:
+        literal = variables.family("factorization", f"tp·pp·dp = {space.gpus} GPUs")
+        for prime, power in prime_factors(space.gpus).items():
+            exponents = sum(variables.exponent(k, prime) for k in ("tp", "pp", "dp"))
+            m.Add(exponents == power).OnlyEnforceIf(literal)
+        return
+    literal = variables.family(
+        "gpu_count", f"GPUs ≤ {space.max_gpus}, a multiple of {space.gpu_multiple}"
+    )
+    m.Add(variables.gpu_count() <= space.max_gpus).OnlyEnforceIf(literal)
+    for prime, power in prime_factors(space.gpu_multiple).items():
         exponents = sum(variables.exponent(k, prime) for k in ("tp", "pp", "dp"))
-        variables.model.Add(exponents == power).OnlyEnforceIf(literal)
+        m.Add(exponents >= power).OnlyEnforceIf(literal)
 
 
 def add_batch(variables: Variables, job: JobSpec) -> None:
     literal = variables.family("batch", "global batch = dp·micro-batch·micro-batches")
-    primes = set(prime_factors(job.global_batch)) | set(prime_factors(variables.space.gpus))
+    primes = set(prime_factors(job.global_batch))
+    for name in ("dp", "micro_batch"):
+        for value in variables.domains[name]:
+            primes |= set(prime_factors(value))
     for prime in sorted(primes):
         power = prime_factors(job.global_batch).get(prime, 0)
         exponents = sum(
@@ -54,7 +70,7 @@ def add_divisibility(variables: Variables, model: ModelSpec) -> None:
     if interleaved:
         is_interleaved = m.NewBoolVar("interleaved")
         m.Add(sum(interleaved) == is_interleaved)
-        for prime in prime_factors(variables.space.gpus):
+        for prime in {q for value in variables.domains["pp"] for q in prime_factors(value)}:
             m.Add(
                 variables.exponent("micro_batches", prime) >= variables.exponent("pp", prime)
             ).OnlyEnforceIf([literal, is_interleaved])

@@ -5,6 +5,12 @@ Times are integers in units of ``unit_s`` (rounded to nearest); memory in KiB (r
 the solver never accepts a plan the evaluation says overflows). Values are clipped at a ceiling
 that keeps every product in the model inside 64 bits; a clipped entry is one no optimal or
 feasible plan can use (DESIGN.md §5: resolution chosen per problem).
+
+A step runs n = B/(d·b) micro-batches. For a fixed GPU count N, n = p·φ with φ = B·t/(N·b), so a
+per-step term n·X is p × (a table of φ·X over X's own knobs); for a free GPU count the table of
+n·X takes dp as one more knob. Either way no product of variables is needed, and the terms that
+depend on dp (DP communication, model state, the optimizer) are tabulated over (tp, pp) with
+dp = N/(tp·pp), or over (tp, pp, dp).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from ortools.sat.python import cp_model
 
 from constraints.variables import Variables
 from planner.cost.compute import block_times, lm_head_time_s
@@ -27,8 +34,9 @@ from planner.cost.step import block_pieces, dp_comm_times_s, optimizer_time_s, p
 
 KIB = 1024.0
 UNITS_PER_IDEAL_STEP = 1e6
-"""Time resolution: the ideal step (model FLOPs at peak on every GPU) is 10^6 units, so the
-objective's rounding error stays orders of magnitude below the 0.1 % the planner promises."""
+"""Time resolution: the ideal step (model FLOPs at peak on the largest GPU count considered) is
+10^6 units, so the objective's rounding error stays orders of magnitude below the 0.1 % the
+planner promises."""
 TIME_CEILING_IDEAL_STEPS = 1e5
 """Time table entries are clipped at 10^5 ideal steps (an MFU below 10^-5: never a plan)."""
 
@@ -45,10 +53,18 @@ class Grid:
 
 
 def make_grid(variables: Variables, knobs: tuple[str, ...]) -> Grid:
-    axes = np.meshgrid(
-        *(np.asarray(variables.domains[k]) for k in knobs), indexing="ij", sparse=False
-    )
+    axes = np.meshgrid(*(np.asarray(variables.domains[k]) for k in knobs), indexing="ij")
     return Grid(knobs=knobs, arrays=dict(zip(knobs, axes, strict=True)))
+
+
+@dataclass(frozen=True)
+class PerBlock:
+    """A per-block per-micro-batch cost X and its per-step multiple n·X = pp^pp_power × the
+    ``per_step`` table variable."""
+
+    once: cp_model.IntVar
+    per_step: cp_model.IntVar
+    pp_power: int
 
 
 class TableBuilder:
@@ -57,103 +73,149 @@ class TableBuilder:
     def __init__(self, ctx: CostContext, variables: Variables, memory_cap_bytes: float) -> None:
         self.ctx = ctx
         self.variables = variables
-        gpus = variables.space.gpus
+        largest = (
+            max(variables.domains["dp"])
+            * max(variables.domains["tp"])
+            * max(variables.domains["pp"])
+        )
+        gpus = variables.space.gpus or min(largest, variables.space.max_gpus)
         ideal_step_s = model_flops_per_step(ctx) / (gpus * ctx.peak_flops)
         self.unit_s = ideal_step_s / UNITS_PER_IDEAL_STEP
         self.time_ceiling = int(UNITS_PER_IDEAL_STEP * TIME_CEILING_IDEAL_STEPS)
         self.memory_ceiling = int(np.ceil(memory_cap_bytes / KIB)) + 1
 
     # -- conversion -------------------------------------------------------------------------
-    def time(self, name: str, grid: Grid, seconds: np.ndarray):
-        units = np.rint(
-            np.clip(np.broadcast_to(seconds, grid[grid.knobs[0]].shape), 0, None) / self.unit_s
-        )
+    def time(self, name: str, grid: Grid, seconds: np.ndarray) -> cp_model.IntVar:
+        shape = grid[grid.knobs[0]].shape
+        units = np.rint(np.clip(np.broadcast_to(seconds, shape), 0, None) / self.unit_s)
         return self.variables.table(name, grid.knobs, np.minimum(units, self.time_ceiling))
 
-    def memory(self, name: str, grid: Grid, nbytes: np.ndarray):
-        kib = np.ceil(np.clip(np.broadcast_to(nbytes, grid[grid.knobs[0]].shape), 0, None) / KIB)
+    def memory(self, name: str, grid: Grid, nbytes: np.ndarray) -> cp_model.IntVar:
+        shape = grid[grid.knobs[0]].shape
+        kib = np.ceil(np.clip(np.broadcast_to(nbytes, shape), 0, None) / KIB)
         return self.variables.table(name, grid.knobs, np.minimum(kib, self.memory_ceiling))
 
-    def micro_batch_share(self, grid: Grid) -> np.ndarray:
-        """φ = B·t/(N·b): micro-batches per step divided by pp (n = p·φ)."""
-        job, gpus = self.ctx.job, self.variables.space.gpus
-        return job.global_batch * grid["tp"] / (gpus * grid["micro_batch"])
+    @property
+    def free_gpus(self) -> bool:
+        return self.variables.space.gpus is None
+
+    @property
+    def dp_axes(self) -> tuple[str, ...]:
+        """The knobs dp-dependent tables add: dp itself when the GPU count is free."""
+        return ("dp",) if self.free_gpus else ()
 
     def data_parallel(self, grid: Grid) -> np.ndarray:
+        if self.free_gpus:
+            return grid["dp"]
         return self.variables.space.gpus / (grid["tp"] * grid["pp"])
 
-    # -- the tables -------------------------------------------------------------------------
-    def block_compute(self):
-        """Per block per micro-batch: (fwd+bwd+recompute, forward) unscaled and ×L·φ."""
-        ctx, layers = self.ctx, self.ctx.model.layers
-        g = make_grid(self.variables, ("tp", "micro_batch", "recompute", "sequence_parallel"))
-        times = block_times(ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"])
-        compute = times.forward_s + times.backward_s + times.recompute_s
-        scale = layers * self.micro_batch_share(g)
-        return (
-            self.time("compute", g, compute),
-            self.time("forward", g, times.forward_s),
-            self.time("compute_per_step", g, scale * compute),
-            self.time("forward_per_step", g, scale * times.forward_s),
+    def step_scale(self, grid: Grid) -> np.ndarray:
+        """n/p^power: φ = B·t/(N·b) for a fixed GPU count, n = B/(d·b) for a free one."""
+        job = self.ctx.job
+        if self.free_gpus:
+            return job.global_batch / (grid["dp"] * grid["micro_batch"])
+        return job.global_batch * grid["tp"] / (self.variables.space.gpus * grid["micro_batch"])
+
+    def per_block(self, name: str, knobs: tuple[str, ...], cost) -> PerBlock:
+        """``cost(grid)`` in seconds tabulated over ``knobs``, and its per-step multiple."""
+        grid = make_grid(self.variables, knobs)
+        scaled = make_grid(self.variables, (*knobs, *self.dp_axes))
+        return PerBlock(
+            once=self.time(name, grid, cost(grid)),
+            per_step=self.time(f"{name}_per_step", scaled, self.step_scale(scaled) * cost(scaled)),
+            pp_power=0 if self.free_gpus else 1,
         )
 
-    def tp_exposed(self):
-        ctx, layers = self.ctx, self.ctx.model.layers
-        g = make_grid(self.variables, ("tp", "micro_batch", "recompute", "tp_overlap"))
-        exposed = block_pieces(
-            ctx, g["tp"], g["micro_batch"], g["recompute"], 0, g["tp_overlap"], 0, 0
-        ).tp_exposed_s
-        scale = layers * self.micro_batch_share(g)
-        return self.time("tp_exposed", g, exposed), self.time("tp_per_step", g, scale * exposed)
+    # -- the tables -------------------------------------------------------------------------
+    def block_compute(self) -> tuple[PerBlock, PerBlock]:
+        """(forward + backward + recompute, forward) per block per micro-batch."""
+        ctx = self.ctx
+        knobs = ("tp", "micro_batch", "recompute", "sequence_parallel")
 
-    def offload_exposed(self):
-        """(forward, backward) exposed offload per block per micro-batch, unscaled and ×L·φ."""
-        ctx, layers = self.ctx, self.ctx.model.layers
-        g = make_grid(
-            self.variables,
-            (
-                "tp",
-                "micro_batch",
-                "recompute",
-                "sequence_parallel",
-                "offload_weights",
-                "offload_activations",
+        def times(g: Grid):
+            return block_times(
+                ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"]
+            )
+
+        def compute(g: Grid) -> np.ndarray:
+            t = times(g)
+            return t.forward_s + t.backward_s + t.recompute_s
+
+        return (
+            self.per_block("compute", knobs, compute),
+            self.per_block("forward", knobs, lambda g: times(g).forward_s),
+        )
+
+    def tp_exposed(self) -> PerBlock:
+        ctx = self.ctx
+        return self.per_block(
+            "tp_exposed",
+            ("tp", "micro_batch", "recompute", "tp_overlap"),
+            lambda g: (
+                block_pieces(
+                    ctx, g["tp"], g["micro_batch"], g["recompute"], 0, g["tp_overlap"], 0, 0
+                ).tp_exposed_s
             ),
         )
-        piece = block_pieces(
-            ctx,
-            g["tp"],
-            g["micro_batch"],
-            g["recompute"],
-            g["sequence_parallel"],
-            0,
-            g["offload_weights"],
-            g["offload_activations"],
-        )
-        scale = layers * self.micro_batch_share(g)
-        return (
-            self.time("offload_forward", g, piece.offload_forward_s),
-            self.time("offload_backward", g, piece.offload_backward_s),
-            self.time("offload_forward_per_step", g, scale * piece.offload_forward_s),
-            self.time("offload_backward_per_step", g, scale * piece.offload_backward_s),
-        )
 
-    def head_and_message(self):
-        """LM head and one PP message per micro-batch, unscaled and ×φ."""
+    def offload_exposed(self) -> tuple[PerBlock, PerBlock]:
+        """(forward, backward) exposed offload traffic per block per micro-batch."""
         ctx = self.ctx
-        g = make_grid(self.variables, ("tp", "micro_batch"))
-        head = lm_head_time_s(ctx, g["tp"], g["micro_batch"])
-        message = pp_message_s(ctx, g["tp"], g["micro_batch"], self.variables.space.gpus)
-        share = self.micro_batch_share(g)
-        return (
-            self.time("head", g, head),
-            self.time("pp_message", g, message),
-            self.time("head_per_step", g, share * head),
-            self.time("pp_message_per_step", g, share * message),
+        knobs = (
+            "tp",
+            "micro_batch",
+            "recompute",
+            "sequence_parallel",
+            "offload_weights",
+            "offload_activations",
         )
 
-    def dp_comm(self):
-        g = make_grid(self.variables, ("tp", "pp", "zero_stage", "recompute"))
+        def pieces(g: Grid):
+            return block_pieces(
+                ctx,
+                g["tp"],
+                g["micro_batch"],
+                g["recompute"],
+                g["sequence_parallel"],
+                0,
+                g["offload_weights"],
+                g["offload_activations"],
+            )
+
+        return (
+            self.per_block("offload_forward", knobs, lambda g: pieces(g).offload_forward_s),
+            self.per_block("offload_backward", knobs, lambda g: pieces(g).offload_backward_s),
+        )
+
+    def head(self) -> PerBlock:
+        ctx = self.ctx
+        return self.per_block(
+            "head", ("tp", "micro_batch"), lambda g: lm_head_time_s(ctx, g["tp"], g["micro_batch"])
+        )
+
+    def pp_message(self) -> PerBlock:
+        """One stage-to-stage message per micro-batch; its tier follows the job's span t·p·d
+        (the fixed GPU count, or a table over pp and dp when it is free)."""
+        ctx = self.ctx
+        if not self.free_gpus:
+            gpus = self.variables.space.gpus
+            return self.per_block(
+                "pp_message",
+                ("tp", "micro_batch"),
+                lambda g: pp_message_s(ctx, g["tp"], g["micro_batch"], gpus),
+            )
+        grid = make_grid(self.variables, ("tp", "micro_batch", "pp", "dp"))
+        message = pp_message_s(
+            ctx, grid["tp"], grid["micro_batch"], grid["tp"] * grid["pp"] * grid["dp"]
+        )
+        return PerBlock(
+            once=self.time("pp_message", grid, message),
+            per_step=self.time("pp_message_per_step", grid, self.step_scale(grid) * message),
+            pp_power=0,
+        )
+
+    def dp_comm(self) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
+        g = make_grid(self.variables, ("tp", "pp", *self.dp_axes, "zero_stage", "recompute"))
         after, before, per_mb = dp_comm_times_s(
             self.ctx, g["tp"], g["pp"], self.data_parallel(g), g["zero_stage"], g["recompute"]
         )
@@ -163,8 +225,10 @@ class TableBuilder:
             self.time("dp_per_micro_batch", g, per_mb),
         )
 
-    def optimizer(self):
-        g = make_grid(self.variables, ("tp", "pp", "zero_stage", "offload_optimizer"))
+    def optimizer(self) -> cp_model.IntVar:
+        g = make_grid(
+            self.variables, ("tp", "pp", *self.dp_axes, "zero_stage", "offload_optimizer")
+        )
         seconds = optimizer_time_s(
             self.ctx,
             g["tp"],
@@ -175,10 +239,11 @@ class TableBuilder:
         )
         return self.time("optimizer", g, seconds)
 
-    def state(self, last: bool):
+    def state(self, last: bool) -> tuple[cp_model.IntVar, list[cp_model.IntVar]]:
         """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage."""
         g = make_grid(
-            self.variables, ("tp", "pp", "zero_stage", "offload_weights", "offload_optimizer")
+            self.variables,
+            ("tp", "pp", *self.dp_axes, "zero_stage", "offload_weights", "offload_optimizer"),
         )
         state = model_state(
             self.ctx,
@@ -226,6 +291,6 @@ class TableBuilder:
         )
         return stored, working, offloaded, rebuilt
 
-    def logits(self):
+    def logits(self) -> cp_model.IntVar:
         g = make_grid(self.variables, ("tp", "micro_batch"))
         return self.memory("logits", g, logits_bytes(self.ctx, g["tp"], g["micro_batch"]))

@@ -16,7 +16,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.rules import divisors
-from planner.search_space import KNOBS, SearchSpace
+from planner.search_space import SearchSpace
 
 INT_LIMIT = 1 << 62
 """Largest magnitude any integer expression may reach (CP-SAT works in signed 64 bits)."""
@@ -42,13 +42,13 @@ class Variables:
     pairs: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
     families: dict[str, Family] = field(default_factory=dict)
     upper_bounds: dict[int, int] = field(default_factory=dict)
+    counts: dict[str, cp_model.IntVar] = field(default_factory=dict)
 
     @classmethod
     def create(cls, model: cp_model.CpModel, space: SearchSpace, global_batch: int) -> Variables:
         variables = cls(model=model, space=space)
-        for name in KNOBS:
-            variables.add_onehot(name, space.domains[name])
-        variables.add_onehot("dp", tuple(divisors(space.gpus)))
+        for name, domain in space.domains.items():
+            variables.add_onehot(name, domain)
         variables.add_onehot("micro_batches", tuple(divisors(global_batch)))
         variables.add_pairs()
         return variables
@@ -119,6 +119,29 @@ class Variables:
         var = self.model.NewIntVar(lower, bound, name)
         self.upper_bounds[var.Index()] = bound
         return var
+
+    def micro_batch_count(self) -> cp_model.IntVar:
+        """An integer variable equal to n, the micro-batches per step (created once)."""
+        if "micro_batches" not in self.counts:
+            count = self.new_int("micro_batch_count", max(self.domains["micro_batches"]), 1)
+            self.model.Add(count == self.value("micro_batches"))
+            self.counts["micro_batches"] = count
+        return self.counts["micro_batches"]
+
+    def gpu_count(self) -> cp_model.IntVar:
+        """An integer variable equal to tp·pp·dp (created once)."""
+        if "gpus" not in self.counts:
+            m = self.model
+            values = {}
+            for name in ("tp", "pp", "dp"):
+                values[name] = self.new_int(f"{name}_value", max(self.domains[name]), 1)
+                m.Add(values[name] == self.value(name))
+            tp_pp = self.new_int("tp_pp", max(self.domains["tp"]) * max(self.domains["pp"]), 1)
+            m.AddMultiplicationEquality(tp_pp, [values["tp"], values["pp"]])
+            gpus = self.new_int("gpus", self.ub(tp_pp) * max(self.domains["dp"]), 1)
+            m.AddMultiplicationEquality(gpus, [tp_pp, values["dp"]])
+            self.counts["gpus"] = gpus
+        return self.counts["gpus"]
 
     def ub(self, var: cp_model.IntVar) -> int:
         """The upper bound a variable was created with."""

@@ -42,7 +42,7 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
         ok &= t <= (system.network_tiers[0].domain_gpus or 0)
     ok &= canonical_mask(t, d, k, space.pins)
     for name, value in space.pins.items():
-        ok &= (d if name == "dp" else k[name]) == value
+        ok &= k[name] == value
     return ok
 
 
@@ -58,11 +58,12 @@ def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> 
         values = {name: inner[:, i] for i, name in enumerate(INNER_KNOBS)}
         values["tp"] = np.full(len(inner), t)
         values["pp"] = np.full(len(inner), p)
+        values["dp"] = np.full(len(inner), space.gpus // (t * p))
         ok = valid_mask(ctx, space, values)
         if not ok.any():
             continue
         values = {name: array[ok] for name, array in values.items()}
-        knobs = Knobs.of(**values, dp=values["tp"] * 0 + space.gpus // (t * p))
+        knobs = Knobs.of(**values)
         terms = evaluate_terms(ctx, knobs)
         fits = (terms.first_stage.hbm_total <= usable_bytes) & (
             terms.last_stage.hbm_total <= usable_bytes
@@ -83,9 +84,7 @@ def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> 
     return [
         Ranked(
             step_time_s=float(steps[i]),
-            strategy=strategy_from_values(
-                {name: int(array[i]) for name, array in merged.items()}, space.gpus
-            ),
+            strategy=strategy_from_values({name: int(array[i]) for name, array in merged.items()}),
         )
         for i in order
     ]

@@ -105,14 +105,14 @@ def plan(
             solver=report,
             conflicting=conflicting,
         )
-    best = _decode(built, solver, gpus)
+    best = _decode(built, solver)
     ranked = [best]
     while len(ranked) < top:
         _exclude(built, ranked[-1])
         next_solver, next_status = _solve(built, time_limit_s, workers)
         if next_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
-        ranked.append(_decode(built, next_solver, gpus))
+        ranked.append(_decode(built, next_solver))
     report.wall_time_s = time.perf_counter() - started
     alternatives = []
     if top > 1:
@@ -136,8 +136,8 @@ def plan(
     )
 
 
-def _decode(built: PlanModel, solver: cp_model.CpSolver, gpus: int) -> Strategy:
-    return strategy_from_values(built.variables.assignment(solver), gpus)
+def _decode(built: PlanModel, solver: cp_model.CpSolver) -> Strategy:
+    return strategy_from_values(built.variables.assignment(solver))
 
 
 def _solve(built: PlanModel, time_limit_s: float, workers: int):
@@ -196,7 +196,7 @@ def _report(
 def _exclude(built: PlanModel, strategy: Strategy) -> None:
     """Forbid this exact assignment of the strategy knobs."""
     values = Knobs.from_strategy(strategy).as_dict()
-    chosen = [built.variables.is_value(name, int(values[name])) for name in KNOBS]
+    chosen = [built.variables.is_value(name, int(values[name])) for name in (*KNOBS, "dp")]
     built.model.AddBoolOr([literal.Not() for literal in chosen if literal is not None])
 
 

@@ -14,6 +14,7 @@ distinct strategies differ in something that matters.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,16 +44,21 @@ PINNABLE = (*KNOBS, "dp")
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Knob domains (values, in increasing order) and the user's pins."""
+    """Knob domains (values, in increasing order) and the user's pins. ``gpus`` fixes the GPU
+    count; None leaves it free (tp·pp·dp a multiple of ``gpu_multiple``, at most
+    ``max_gpus``), as the minimum-hardware queries need."""
 
-    gpus: int
+    gpus: int | None
     layers: int
     domains: dict[str, tuple[int, ...]]
     pins: dict[str, int] = field(default_factory=dict)
+    max_gpus: int = 0
+    gpu_multiple: int = 1
 
     def size(self) -> int:
-        """Points in the product of the domains (before any rule), tp·pp·dp = gpus included."""
-        return int(np.prod([len(values) for values in self.domains.values()], dtype=float))
+        """Points in the product of the knob domains (dp excluded when tp·pp·dp is fixed)."""
+        names = [k for k in self.domains if k != "dp" or self.gpus is None]
+        return int(np.prod([len(self.domains[k]) for k in names], dtype=float))
 
 
 def parse_pin(text: str) -> tuple[str, int]:
@@ -85,11 +91,13 @@ def build_search_space(
     model: ModelSpec,
     system: SystemSpec,
     job: JobSpec,
-    gpus: int,
+    gpus: int | None,
     pins: dict[str, int] | None = None,
     max_micro_batch: int = 64,
     max_interleave: int = 16,
     prune: bool = True,
+    max_gpus: int | None = None,
+    gpu_multiple: int = 1,
 ) -> SearchSpace:
     """Domains for ``gpus`` GPUs. With ``prune``, tp and pp keep only the values the
     divisibility and placement rules allow (the solver's structural families then cannot fail,
@@ -99,8 +107,18 @@ def build_search_space(
     flash-attention kernel, selective recompute is the same plan as none and is left out."""
     pins = dict(pins or {})
     tiers = tuple(range(len(system.memory_tiers)))
-    tp_values = tuple(divisors(gpus))
-    pp_values = tuple(p for p in divisors(gpus) if p <= model.layers)
+    if gpus is None:
+        limit = max_gpus or system.max_gpus
+        if not limit:
+            raise InputError("a free GPU count needs an upper bound (--max-gpus)")
+        tp_values = tuple(t for t in divisors(model.heads * model.kv_heads) if t <= limit)
+        pp_values = tuple(p for p in divisors(model.layers) if p <= limit)
+        dp_values = tuple(d for d in divisors(job.global_batch) if d <= limit)
+    else:
+        limit = gpus
+        tp_values = tuple(divisors(gpus))
+        pp_values = tuple(p for p in divisors(gpus) if p <= model.layers)
+        dp_values = tuple(divisors(math.gcd(gpus, job.global_batch)))
     if prune:
         domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
         tp_values = tuple(
@@ -116,6 +134,7 @@ def build_search_space(
     domains: dict[str, tuple[int, ...]] = {
         "tp": tp_values,
         "pp": pp_values,
+        "dp": dp_values,
         "micro_batch": tuple(b for b in divisors(job.global_batch) if b <= max_micro_batch),
         "interleave": tuple(v for v in divisors(model.layers) if v <= max_interleave),
         "recompute": recompute,
@@ -128,11 +147,7 @@ def build_search_space(
         "tp_overlap": (0, 1),
     }
     for name, value in pins.items():
-        if name == "dp":
-            if gpus % value:
-                raise InputError(f"--pin dp={value}: dp must divide gpus = {gpus}")
-            continue
-        if name in ("tp", "pp") and gpus % value:
+        if name in ("tp", "pp", "dp") and gpus is not None and gpus % value:
             raise InputError(f"--pin {name}={value}: {name} must divide gpus = {gpus}")
         if name.startswith("offload") and value not in tiers:
             raise InputError(
@@ -142,7 +157,14 @@ def build_search_space(
             raise InputError(f"--pin zero_stage={value}: allowed 0..3")
         if value not in domains[name]:
             domains[name] = tuple(sorted({*domains[name], value}))
-    return SearchSpace(gpus=gpus, layers=model.layers, domains=domains, pins=pins)
+    return SearchSpace(
+        gpus=gpus,
+        layers=model.layers,
+        domains=domains,
+        pins=pins,
+        max_gpus=limit,
+        gpu_multiple=gpu_multiple,
+    )
 
 
 def canonical_mask(
@@ -163,13 +185,13 @@ def canonical_mask(
     return keep
 
 
-def strategy_from_values(values: dict[str, int], gpus: int) -> Strategy:
+def strategy_from_values(values: dict[str, int]) -> Strategy:
     """A Strategy from knob values (recompute as its 0/1/2 code)."""
     names = {code: name for name, code in RECOMPUTE_CODES.items()}
     return Strategy(
         tp=values["tp"],
         pp=values["pp"],
-        dp=gpus // (values["tp"] * values["pp"]),
+        dp=values["dp"],
         micro_batch=values["micro_batch"],
         interleave=values["interleave"],
         recompute=names[values["recompute"]],
