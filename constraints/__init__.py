@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from constraints.memory import add_memory_fit
+from constraints.memory import MemoryNeeds, add_memory_fit
 from constraints.objective import StepVariables, add_step_time
 from constraints.structure import (
     add_batch,
@@ -32,23 +32,48 @@ class PlanModel:
     model: cp_model.CpModel
     variables: Variables
     steps: StepVariables
+    needs: MemoryNeeds
     unit_s: float
     tie_break_weight: int
-    """The objective is step·weight + simplicity, simplicity < weight: among plans of equal step
-    time (to the model's resolution) it prefers smaller tp, then smaller pp, then fewer
+    """The step objective is step·weight + simplicity, simplicity < weight: among plans of equal
+    step time (to the model's resolution) it prefers smaller tp, then smaller pp, then fewer
     offloads."""
 
     def step_s(self, step_units: float) -> float:
         return step_units * self.unit_s
 
+    def family_literals(self, names: set[str] | None = None) -> list[cp_model.IntVar]:
+        return [
+            f.literal for n, f in self.variables.families.items() if names is None or n in names
+        ]
 
-def build_plan_model(ctx: CostContext, space: SearchSpace, assumptions: bool = False) -> PlanModel:
-    """The CP-SAT model of one problem. Every constraint family hangs on a literal; with
-    ``assumptions`` the literals are solver assumptions (for infeasibility cores, which CP-SAT
-    computes on one worker), otherwise they are fixed true (and the full parallel portfolio
-    and presolve apply)."""
+    def minimize_step(self) -> None:
+        self.model.Minimize(self.tie_break_weight * self.steps.step + self._simplicity())
+
+    def _simplicity(self) -> cp_model.LinearExpr:
+        variables = self.variables
+        pp_slots = 4 * len(variables.domains["pp"])
+        return (
+            pp_slots * variables.index("tp")
+            + 4 * variables.index("pp")
+            + sum(1 - variables.onehot[k][0] for k in OFFLOAD_KNOBS)
+        )
+
+
+def build_plan_model(
+    ctx: CostContext,
+    space: SearchSpace,
+    assumptions: bool = False,
+    dropped: frozenset[str] = frozenset(),
+) -> PlanModel:
+    """The CP-SAT model of one problem, minimising the step time. Every constraint family hangs
+    on a literal. With ``assumptions`` the literals are solver assumptions (for infeasibility
+    cores; CP-SAT computes them on one worker); otherwise each is fixed true, except the
+    families named in ``dropped``, which are left free (off) — a minimum-hardware query drops
+    the family whose quantity it minimises."""
     model = cp_model.CpModel()
-    variables = Variables.create(model, space, ctx.job.global_batch)
+    relaxable = None if assumptions else dropped
+    variables = Variables.create(model, space, ctx.job.global_batch, relaxable)
     add_factorization(variables)
     add_batch(variables, ctx.job)
     add_divisibility(variables, ctx.model)
@@ -56,27 +81,28 @@ def build_plan_model(ctx: CostContext, space: SearchSpace, assumptions: bool = F
     add_pins(variables)
     add_canonical(variables)
     capacities = [tier.capacity_gib for tier in ctx.system.memory_tiers]
-    tables = TableBuilder(ctx, variables, memory_cap_bytes=max(capacities) * (1 << 30))
-    add_memory_fit(variables, tables)
-    steps = add_step_time(variables, tables)
-    pp_slots = 4 * len(variables.domains["pp"])
-    simplicity = (
-        pp_slots * variables.index("tp")
-        + 4 * variables.index("pp")
-        + sum(1 - variables.onehot[k][0] for k in OFFLOAD_KNOBS)
+    memory_families = {"hbm"} | {f"offload{k}" for k in range(1, len(capacities))}
+    fixed_memory = all(variables.always_on(name) for name in memory_families)
+    ceiling_gib = max(capacities) * (1 if fixed_memory else 2)
+    tables = TableBuilder(
+        ctx, variables, memory_cap_bytes=ceiling_gib * (1 << 30), memory_fixed=fixed_memory
     )
-    weight = pp_slots * len(variables.domains["tp"])
-    model.Minimize(weight * steps.step + simplicity)
-    literals = [family.literal for family in variables.families.values()]
-    if assumptions:
-        model.AddAssumptions(literals)
-    else:
-        for literal in literals:
-            model.Add(literal == 1)
-    return PlanModel(
+    needs = add_memory_fit(variables, tables)
+    steps = add_step_time(variables, tables)
+    weight = 4 * len(variables.domains["pp"]) * len(variables.domains["tp"])
+    built = PlanModel(
         model=model,
         variables=variables,
         steps=steps,
+        needs=needs,
         unit_s=tables.unit_s,
         tie_break_weight=weight,
     )
+    built.minimize_step()
+    if assumptions:
+        model.AddAssumptions(built.family_literals())
+    else:
+        for name, family in variables.families.items():
+            if name not in dropped:
+                model.Add(family.literal == 1)
+    return built

@@ -33,6 +33,9 @@ from planner.cost.memory import (
 from planner.cost.step import block_pieces, dp_comm_times_s, optimizer_time_s, pp_message_s
 
 KIB = 1024.0
+MEMORY_CEILING_BYTES = 2.0 * (1 << 40)
+"""Memory table entries are clipped just above the largest capacity when every fit family is
+on, else at 2 TiB per GPU (or twice the largest tier, if larger): a clipped entry never fits."""
 UNITS_PER_IDEAL_STEP = 1e6
 """Time resolution: the ideal step (model FLOPs at peak on the largest GPU count considered) is
 10^6 units, so the objective's rounding error stays orders of magnitude below the 0.1 % the
@@ -70,7 +73,13 @@ class PerBlock:
 class TableBuilder:
     """Builds the integer table variables of one problem."""
 
-    def __init__(self, ctx: CostContext, variables: Variables, memory_cap_bytes: float) -> None:
+    def __init__(
+        self,
+        ctx: CostContext,
+        variables: Variables,
+        memory_cap_bytes: float,
+        memory_fixed: bool = True,
+    ) -> None:
         self.ctx = ctx
         self.variables = variables
         largest = (
@@ -82,7 +91,8 @@ class TableBuilder:
         ideal_step_s = model_flops_per_step(ctx) / (gpus * ctx.peak_flops)
         self.unit_s = ideal_step_s / UNITS_PER_IDEAL_STEP
         self.time_ceiling = int(UNITS_PER_IDEAL_STEP * TIME_CEILING_IDEAL_STEPS)
-        self.memory_ceiling = int(np.ceil(memory_cap_bytes / KIB)) + 1
+        floor = 0.0 if memory_fixed else MEMORY_CEILING_BYTES
+        self.memory_ceiling = int(np.ceil(max(memory_cap_bytes, floor) / KIB)) + 1
 
     # -- conversion -------------------------------------------------------------------------
     def time(self, name: str, grid: Grid, seconds: np.ndarray) -> cp_model.IntVar:

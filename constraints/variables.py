@@ -43,10 +43,18 @@ class Variables:
     families: dict[str, Family] = field(default_factory=dict)
     upper_bounds: dict[int, int] = field(default_factory=dict)
     counts: dict[str, cp_model.IntVar] = field(default_factory=dict)
+    relaxable: frozenset[str] | None = None
+    """Families that may end up off (dropped, or assumptions): None means all of them."""
 
     @classmethod
-    def create(cls, model: cp_model.CpModel, space: SearchSpace, global_batch: int) -> Variables:
-        variables = cls(model=model, space=space)
+    def create(
+        cls,
+        model: cp_model.CpModel,
+        space: SearchSpace,
+        global_batch: int,
+        relaxable: frozenset[str] | None = None,
+    ) -> Variables:
+        variables = cls(model=model, space=space, relaxable=relaxable)
         for name, domain in space.domains.items():
             variables.add_onehot(name, domain)
         variables.add_onehot("micro_batches", tuple(divisors(global_batch)))
@@ -73,6 +81,11 @@ class Variables:
         for c in range(len(self.domains["interleave"])):
             column = [lit for (_, j), lit in self.pairs.items() if j == c]
             self.model.Add(sum(column) == self.onehot["interleave"][c])
+
+    def always_on(self, name: str) -> bool:
+        """Whether family ``name`` will be fixed true in this model (so its bound may be
+        written into variable domains, which presolve propagates better)."""
+        return self.relaxable is not None and name not in self.relaxable
 
     def family(self, name: str, label: str) -> cp_model.IntVar:
         """The assumption literal of a constraint family (created on first use)."""
