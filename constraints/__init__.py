@@ -18,8 +18,10 @@ from constraints.structure import (
     add_placement,
 )
 from constraints.tables import TableBuilder
+from constraints.target import PerformanceTarget, add_target
 from constraints.variables import Variables
 from planner.cost.context import CostContext
+from planner.cost.flops import model_flops_per_step
 from planner.search_space import SearchSpace
 
 OFFLOAD_KNOBS = ("offload_weights", "offload_activations", "offload_optimizer")
@@ -65,12 +67,13 @@ def build_plan_model(
     space: SearchSpace,
     assumptions: bool = False,
     dropped: frozenset[str] = frozenset(),
+    target: PerformanceTarget | None = None,
 ) -> PlanModel:
     """The CP-SAT model of one problem, minimising the step time. Every constraint family hangs
     on a literal. With ``assumptions`` the literals are solver assumptions (for infeasibility
     cores; CP-SAT computes them on one worker); otherwise each is fixed true, except the
     families named in ``dropped``, which are left free (off) — a minimum-hardware query drops
-    the family whose quantity it minimises."""
+    the family whose quantity it minimises. ``target`` adds the performance-target family."""
     model = cp_model.CpModel()
     relaxable = None if assumptions else dropped
     variables = Variables.create(model, space, ctx.job.global_batch, relaxable)
@@ -89,6 +92,10 @@ def build_plan_model(
     )
     needs = add_memory_fit(variables, tables)
     steps = add_step_time(variables, tables)
+    if target is not None and (target.max_step_s is not None or target.min_mfu is not None):
+        add_target(
+            variables, steps, target, tables.unit_s, model_flops_per_step(ctx), ctx.peak_flops
+        )
     weight = 4 * len(variables.domains["pp"]) * len(variables.domains["tp"])
     built = PlanModel(
         model=model,

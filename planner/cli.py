@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 import hardware_catalog
+from constraints.target import PerformanceTarget
 from planner import report
 from planner.api import as_model, as_system, evaluate
 from planner.calibration import PARAMETERS, apply_params, current_params, fit
@@ -58,6 +59,13 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} must be > 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a fraction in (0, 1]")
     return value
 
 
@@ -162,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=60.0,
         help="solver time limit in seconds (default 60)",
+    )
+    plan_cmd.add_argument(
+        "--max-step-time",
+        type=_positive_float,
+        metavar="S",
+        help="performance target: step time at most S seconds",
+    )
+    plan_cmd.add_argument(
+        "--min-mfu", type=_fraction, metavar="F", help="performance target: MFU at least F (0-1)"
     )
     plan_cmd.add_argument("--max-micro-batch", type=_positive_int, default=64)
     plan_cmd.add_argument("--max-interleave", type=_positive_int, default=16)
@@ -319,6 +336,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     if args.gpus is None:
         raise InputError("plan needs --gpus (how many GPUs to plan for)")
     pins = dict(parse_pin(text) for text in args.pin)
+    target = PerformanceTarget(max_step_s=args.max_step_time, min_mfu=args.min_mfu)
     result = plan(
         model,
         system,
@@ -326,6 +344,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         args.gpus,
         pins=pins,
         top=args.top,
+        target=target,
         time_limit_s=args.time_limit,
         max_micro_batch=args.max_micro_batch,
         max_interleave=args.max_interleave,

@@ -7,6 +7,7 @@ each found strategy excluded (a no-good over all knobs), giving the K best disti
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Literal
 
@@ -14,18 +15,20 @@ from ortools.sat.python import cp_model
 from pydantic import BaseModel
 
 from constraints import PlanModel, build_plan_model
+from constraints.target import PerformanceTarget
 from planner.api import as_model, as_system
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
+from planner.diagnosis import Diagnosis, pin_conflicts
+from planner.diagnosis import diagnose as run_diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate, build_estimate
 from planner.rules import strategy_warnings
-from planner.search_space import KNOBS, SearchSpace, build_search_space, strategy_from_values
+from planner.search_space import KNOBS, SearchSpace, build_search_space
+from planner.solving import DEFAULT_WORKERS, SOLVED, decode, solve
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
-DEFAULT_WORKERS = 1
-DEFAULT_SEED = 0
 
 
 class SolverReport(BaseModel):
@@ -55,10 +58,11 @@ class Plan(BaseModel):
     status: Status
     strategy: Strategy | None
     estimate: Estimate | None
-    solver: SolverReport
+    solver: SolverReport | None
+    """None when pins contradicted the problem before any solving."""
     alternatives: list[Alternative] = []
-    conflicting: list[str] = []
-    """Labels of the constraint families CP-SAT found sufficient for infeasibility."""
+    diagnosis: Diagnosis | None = None
+    """Why no strategy fits and what would fix it (when infeasible)."""
 
 
 def plan(
@@ -72,10 +76,14 @@ def plan(
     workers: int = DEFAULT_WORKERS,
     max_micro_batch: int = 64,
     max_interleave: int = 16,
+    diagnose: bool = True,
+    target: PerformanceTarget | None = None,
 ) -> Plan:
     """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless the
     time limit cut the proof short (status ``feasible``). With ``top`` = K, also the K best
-    distinct strategies (``alternatives``, the best first)."""
+    distinct strategies (``alternatives``, the best first). When nothing fits, ``diagnose``
+    explains why (planner.diagnosis). ``target`` (a step-time or MFU bound) is one more
+    constraint family."""
     model_spec, system_spec = as_model(model), as_system(system)
     if system_spec.max_gpus is not None and gpus > system_spec.max_gpus:
         raise InputError(
@@ -84,35 +92,32 @@ def plan(
     if top < 1:
         raise InputError(f"--top = {top}: must be ≥ 1")
     ctx = CostContext(model_spec, system_spec, job)
+    pins = dict(pins or {})
     limits = {"max_micro_batch": max_micro_batch, "max_interleave": max_interleave}
-    space = build_search_space(model_spec, system_spec, job, gpus, pins, **limits)
     started = time.perf_counter()
-    built = build_plan_model(ctx, space)
-    build_time = time.perf_counter() - started
-    solver, status = _solve(built, time_limit_s, workers)
-    report = _report(built, solver, status, time.perf_counter() - started, build_time, space)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        conflicting = []
-        if status == cp_model.INFEASIBLE:
-            unpruned = build_search_space(
-                model_spec, system_spec, job, gpus, pins, prune=False, **limits
-            )
-            conflicting = _conflicting(ctx, unpruned)
-        return Plan(
-            status=report.status,
-            strategy=None,
-            estimate=None,
-            solver=report,
-            conflicting=conflicting,
+    if pin_conflicts(model_spec, system_spec, job, gpus, pins):
+        return _infeasible(
+            None, model_spec, system_spec, job, gpus, pins, limits, diagnose, started, target
         )
-    best = _decode(built, solver)
+    space = build_search_space(model_spec, system_spec, job, gpus, pins, **limits)
+    built = build_plan_model(ctx, space, target=target)
+    build_time = time.perf_counter() - started
+    solver, status = solve(built, time_limit_s, workers)
+    report = _report(built, solver, status, time.perf_counter() - started, build_time, space)
+    if status == cp_model.INFEASIBLE:
+        return _infeasible(
+            report, model_spec, system_spec, job, gpus, pins, limits, diagnose, started, target
+        )
+    if status not in SOLVED:
+        return Plan(status=report.status, strategy=None, estimate=None, solver=report)
+    best = decode(built, solver)
     ranked = [best]
     while len(ranked) < top:
         _exclude(built, ranked[-1])
-        next_solver, next_status = _solve(built, time_limit_s, workers)
+        next_solver, next_status = solve(built, time_limit_s, workers)
         if next_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
-        ranked.append(_decode(built, next_solver))
+        ranked.append(decode(built, next_solver))
     report.wall_time_s = time.perf_counter() - started
     alternatives = []
     if top > 1:
@@ -136,32 +141,23 @@ def plan(
     )
 
 
-def _decode(built: PlanModel, solver: cp_model.CpSolver) -> Strategy:
-    return strategy_from_values(built.variables.assignment(solver))
-
-
-def _solve(built: PlanModel, time_limit_s: float, workers: int):
-    """Solve with fixed seed; one worker by default (deterministic). Presolve runs one round
-    without probing, SAT inprocessing and the LP relaxation are off: on these models (small,
-    element-table heavy) propagation alone proves optimality, and the rest cost 2-3× the time
-    (parameter sweep over eight benchmark scenarios: median 0.54 s → 0.24 s)."""
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = DEFAULT_SEED
-    solver.parameters.cp_model_probing_level = 0
-    solver.parameters.use_sat_inprocessing = False
-    solver.parameters.max_presolve_iterations = 1
-    solver.parameters.linearization_level = 0
-    status = solver.Solve(built.model)
-    return solver, status
-
-
 STATUS_NAMES: dict[int, Status] = {
     cp_model.OPTIMAL: "optimal",
     cp_model.FEASIBLE: "feasible",
     cp_model.INFEASIBLE: "infeasible",
 }
+
+
+def _infeasible(report, model, system, job, gpus, pins, limits, diagnose, started, target) -> Plan:
+    diagnosis = None
+    if diagnose:
+        verify = functools.partial(plan, diagnose=False, target=target)
+        diagnosis = run_diagnosis(model, system, job, gpus, pins, verify, limits, target)
+    if report is not None:
+        report.wall_time_s = time.perf_counter() - started
+    return Plan(
+        status="infeasible", strategy=None, estimate=None, solver=report, diagnosis=diagnosis
+    )
 
 
 def _report(
@@ -198,16 +194,6 @@ def _exclude(built: PlanModel, strategy: Strategy) -> None:
     values = Knobs.from_strategy(strategy).as_dict()
     chosen = [built.variables.is_value(name, int(values[name])) for name in (*KNOBS, "dp")]
     built.model.AddBoolOr([literal.Not() for literal in chosen if literal is not None])
-
-
-def _conflicting(ctx: CostContext, space: SearchSpace) -> list[str]:
-    """Labels of a set of constraint families CP-SAT finds sufficient for infeasibility."""
-    built = build_plan_model(ctx, space, assumptions=True)
-    solver, status = _solve(built, time_limit_s=30.0, workers=1)
-    if status != cp_model.INFEASIBLE:
-        return []
-    by_index = {f.literal.Index(): f.label for f in built.variables.families.values()}
-    return [by_index[i] for i in solver.SufficientAssumptionsForInfeasibility() if i in by_index]
 
 
 def _estimate(ctx: CostContext, strategy: Strategy, system: SystemSpec) -> Estimate:

@@ -222,13 +222,7 @@ def print_plan(
         f"{job.seq_len_for(model)}"
     )
     if result.strategy is None:
-        console.print(
-            f"[red]No feasible strategy[/] (status {result.status}, {solver.wall_time_s:.2f} s)."
-        )
-        if result.conflicting:
-            console.print("Constraint families that together admit no strategy:")
-            for label in result.conflicting:
-                console.print(f"  - {label}")
+        print_diagnosis(console, result)
         return
     proof = (
         "[green]proven optimal[/]"
@@ -309,3 +303,36 @@ def print_calibration(
     console.print(f"{len(runs)} runs: mean absolute error {mean:.1%}, worst {worst:.1%}")
     if written:
         console.print(f"calibrated system spec written to {written}")
+
+
+def print_diagnosis(console: Console, result) -> None:
+    """No feasible strategy: the conflicting constraints with their numbers, then the fixes."""
+    diagnosis = result.diagnosis
+    if diagnosis is None:
+        console.print(f"[red]No feasible strategy[/] (solver status {result.status}).")
+        return
+    count = len(diagnosis.conflicts)
+    console.print(
+        f"[red bold]No feasible strategy:[/] {count} constraint"
+        f"{'s conflict' if count != 1 else ' rules every strategy out'}."
+    )
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column("constraint", no_wrap=True, style="bold")
+    table.add_column("why", overflow="fold")
+    for conflict in diagnosis.conflicts:
+        table.add_row(conflict.label, conflict.detail)
+    console.print(table)
+    if diagnosis.relaxations:
+        console.print("What would make it feasible (each alone):")
+        for fix in diagnosis.relaxations:
+            if fix.verified and fix.strategy is not None:
+                outcome = f"[green]verified[/]: {fix.strategy.describe()}, {fix.step_time_s:.4g} s"
+            else:
+                outcome = "[yellow]not verified[/]"
+            console.print(f"  - {fix.change}  ({outcome})")
+    else:
+        console.print(
+            "No single change among GPUs, HBM, offload capacity, global batch or pins "
+            "was found to make it feasible."
+        )
+    console.print(f"[dim]diagnosis took {diagnosis.wall_time_s:.1f} s[/]")

@@ -147,8 +147,6 @@ def build_search_space(
         "tp_overlap": (0, 1),
     }
     for name, value in pins.items():
-        if name in ("tp", "pp", "dp") and gpus is not None and gpus % value:
-            raise InputError(f"--pin {name}={value}: {name} must divide gpus = {gpus}")
         if name.startswith("offload") and value not in tiers:
             raise InputError(
                 f"--pin {name}={value}: system {system.name!r} has memory tiers 0..{tiers[-1]}"

@@ -403,10 +403,8 @@ def test_plan_infeasible_exits_3_with_conflict(capsys: pytest.CaptureFixture[str
     ("argv", "needle"),
     [
         ([*PLAN, "--pin", "tpp=2"], "expected KNOB=VALUE"),
-        ([*PLAN, "--pin", "tp=3"], "tp must divide gpus"),
         ([*PLAN, "--pin", "recompute=most"], "recompute is one of"),
-        ([*PLAN, "--pin", "offload_weights=2"], "memory tiers 0..0"),
-        ([*PLAN, "--top", "0"], "must be > 0"),
+            ([*PLAN, "--top", "0"], "must be > 0"),
         (PLAN[:5] + PLAN[7:], "plan needs --gpus"),
     ],
 )

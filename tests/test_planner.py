@@ -173,4 +173,5 @@ def test_infeasible_problem_names_conflicting_families() -> None:
     result = plan("mt-128t", "dgx-a100-80g", JobSpec(global_batch=64), 64)
     assert result.status == "infeasible"
     assert result.strategy is None
-    assert any("HBM" in label for label in result.conflicting)
+    assert result.diagnosis is not None
+    assert any(c.family == "hbm" for c in result.diagnosis.conflicts)

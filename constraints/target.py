@@ -1,0 +1,54 @@
+"""The performance-target family: the step time at most a bound, or the MFU at least one.
+
+MFU = model FLOPs / (step · GPUs · peak) ≥ m  ⇔  step · GPUs ≤ model FLOPs / (peak · m): linear
+for a fixed GPU count, one AddMultiplicationEquality when the count is free. A token budget by a
+deadline is a step-time bound: step ≤ deadline · global batch · sequence / tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from constraints.objective import StepVariables
+from constraints.variables import Variables
+
+
+@dataclass(frozen=True)
+class PerformanceTarget:
+    max_step_s: float | None = None
+    min_mfu: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_step_s is not None:
+            parts.append(f"step ≤ {self.max_step_s:.4g} s")
+        if self.min_mfu is not None:
+            parts.append(f"MFU ≥ {self.min_mfu:.1%}")
+        return "performance target (" + ", ".join(parts) + ")"
+
+
+def add_target(
+    variables: Variables,
+    steps: StepVariables,
+    target: PerformanceTarget,
+    unit_s: float,
+    model_flops: float,
+    peak_flops: float,
+) -> None:
+    literal = variables.family("target", target.describe())
+    m = variables.model
+    if target.max_step_s is not None:
+        m.Add(steps.step <= math.floor(target.max_step_s / unit_s)).OnlyEnforceIf(literal)
+    if target.min_mfu is not None:
+        budget = math.floor(model_flops / (peak_flops * target.min_mfu) / unit_s)
+        gpus = variables.space.gpus
+        if gpus is not None:
+            m.Add(steps.step <= budget // gpus).OnlyEnforceIf(literal)
+        else:
+            count = variables.gpu_count()
+            product = variables.new_int(
+                "step_times_gpus", variables.ub(steps.step) * variables.ub(count)
+            )
+            m.AddMultiplicationEquality(product, [steps.step, count])
+            m.Add(product <= budget).OnlyEnforceIf(literal)
