@@ -14,7 +14,9 @@ the canonical values of knobs that have no effect.
 
 from __future__ import annotations
 
-from constraints.variables import Variables, prime_factors
+import math
+
+from constraints.variables import LOG_SCALE, Variables, prime_factors
 from planner.specs import JobSpec, ModelSpec, SystemSpec
 
 
@@ -32,7 +34,8 @@ def add_factorization(variables: Variables) -> None:
     literal = variables.family(
         "gpu_count", f"GPUs ≤ {space.max_gpus}, a multiple of {space.gpu_multiple}"
     )
-    m.Add(variables.gpu_count() <= space.max_gpus).OnlyEnforceIf(literal)
+    bound = round(LOG_SCALE * math.log(space.max_gpus)) + 2
+    m.Add(variables.log_gpu_count() <= bound).OnlyEnforceIf(literal)
     for prime, power in prime_factors(space.gpu_multiple).items():
         exponents = sum(variables.exponent(k, prime) for k in ("tp", "pp", "dp"))
         m.Add(exponents >= power).OnlyEnforceIf(literal)

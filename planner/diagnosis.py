@@ -390,20 +390,22 @@ class _Session:
 
     def fewest_gpus(self) -> tuple[int, object, bool] | None:
         """The fewest GPUs that admit a strategy, with the GPU count tp·pp·dp a decision
-        variable (bounded by the system's maximum, else by scale-up domain × layers × global
-        batch); the plan at that count (the fixed-count model finds its fastest strategy much
-        faster); and whether the minimum is proven."""
+        variable (whole nodes when the problem's count is; bounded by the system's maximum,
+        else by scale-up domain × layers × global batch); the plan at that count (the
+        fixed-count model finds its fastest strategy much faster); and whether the minimum is
+        proven."""
         if not self.fewest_cache:
             ctx, system = self.ctx, self.ctx.system
             bound = system.max_gpus or (
                 system.scale_up_gpus * ctx.model.layers * ctx.job.global_batch
             )
-            built = self.build(self.space(gpus=None, max_gpus=bound))
-            count = built.variables.gpu_count()
-            built.model.Minimize(count)
-            solver, status = solve(built, FEWEST_GPUS_TIME_LIMIT_S)
+            node = system.gpus_per_node
+            multiple = node if self.gpus % node == 0 else 1
+            built = self.build(self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple))
+            built.model.Minimize(built.variables.log_gpu_count())
+            solver, status = solve(built, FEWEST_GPUS_TIME_LIMIT_S, presolve=False)
             if status in SOLVED:
-                least = int(solver.Value(count))
+                least = decode(built, solver).gpus
                 result = self.replan(gpus=least)
                 self.fewest_cache.append((least, result, status == cp_model.OPTIMAL))
             else:

@@ -404,7 +404,7 @@ def test_plan_infeasible_exits_3_with_conflict(capsys: pytest.CaptureFixture[str
     [
         ([*PLAN, "--pin", "tpp=2"], "expected KNOB=VALUE"),
         ([*PLAN, "--pin", "recompute=most"], "recompute is one of"),
-            ([*PLAN, "--top", "0"], "must be > 0"),
+        ([*PLAN, "--top", "0"], "must be > 0"),
         (PLAN[:5] + PLAN[7:], "plan needs --gpus"),
     ],
 )

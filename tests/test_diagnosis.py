@@ -1,0 +1,226 @@
+"""Crafted infeasible problems: the diagnosis names the right conflict, the conflict is
+irreducible, and every suggested fix, applied, plans."""
+
+from __future__ import annotations
+
+import pytest
+from ortools.sat.python import cp_model
+
+import hardware_catalog
+from constraints import build_plan_model
+from constraints.target import PerformanceTarget
+from planner.cost.context import CostContext
+from planner.plan import plan
+from planner.search_space import build_search_space
+from planner.solving import solve
+from planner.specs import JobSpec, SystemSpec
+
+
+def _offload_system(capacity_gib: float, bandwidth_gbps: float) -> SystemSpec:
+    base = hardware_catalog.load_system("h100-offload-512g")
+    tier = base.memory_tiers[1].model_copy(
+        update={"capacity_gib": capacity_gib, "bandwidth_gbps": bandwidth_gbps}
+    )
+    return base.model_copy(update={"memory_tiers": (base.memory_tiers[0], tier)})
+
+
+CAPPED_A100 = hardware_catalog.load_system("dgx-a100-80g").model_copy(update={"max_gpus": 128})
+
+# name: (model, system, gpus, global batch, pins, target, families the conflict must contain)
+SCENARIOS = {
+    "memory": ("megatron-22b", "dgx-a100-40g", 8, 8, {}, None, {"hbm"}),
+    "batch too small for the GPU count": (
+        "gpt3-1.3b",
+        "dgx-h100",
+        128,
+        1,
+        {},
+        None,
+        {"factorization", "placement"},
+    ),
+    "tp pinned past the NVLink domain": (
+        "llama3-70b",
+        "dgx-h100",
+        64,
+        512,
+        {"tp": 16},
+        None,
+        {"pin:tp"},
+    ),
+    "tp pinned not dividing the heads": (
+        "gpt3-175b",
+        "dgx-h100",
+        1024,
+        1536,
+        {"tp": 5},
+        None,
+        {"pin:tp"},
+    ),
+    "pp pinned not dividing the layers": (
+        "gpt3-175b",
+        "dgx-h100",
+        1024,
+        1536,
+        {"pp": 7},
+        None,
+        {"pin:pp"},
+    ),
+    "contradictory pins": (
+        "gpt3-13b",
+        "dgx-h100",
+        64,
+        256,
+        {"tp": 8, "pp": 8, "dp": 2},
+        None,
+        {"pin:dp"},
+    ),
+    "offload tier too small": (
+        "megatron-1t",
+        _offload_system(16, 100),
+        64,
+        512,
+        {},
+        None,
+        {"hbm", "offload1"},
+    ),
+    "offload tier too slow for the target": (
+        "megatron-1t",
+        _offload_system(512, 1),
+        64,
+        512,
+        {},
+        PerformanceTarget(max_step_s=400),
+        {"hbm", "target"},
+    ),
+    "model too large for any GPU count of the system": (
+        "megatron-1t",
+        CAPPED_A100,
+        64,
+        512,
+        {},
+        None,
+        {"hbm"},
+    ),
+    "micro-batch pinned too large": (
+        "gpt3-13b",
+        "dgx-a100-40g",
+        8,
+        64,
+        {"micro_batch": 64, "recompute": 0},
+        None,
+        {"hbm", "pin:micro_batch"},
+    ),
+    "pp pin forcing TP across nodes": (
+        "gpt3-1.3b",
+        "dgx-h100",
+        16,
+        7,
+        {"pp": 1},
+        None,
+        {"pin:pp", "placement"},
+    ),
+    "interleave needs more micro-batches": (
+        "gpt3-1.3b",
+        "dgx-h100",
+        8,
+        2,
+        {"pp": 4, "interleave": 2},
+        None,
+        {"pin:interleave", "divisibility"},
+    ),
+    "ZeRO pinned off with no room": (
+        "llama3-70b",
+        "dgx-h100",
+        64,
+        512,
+        {"zero_stage": 0, "recompute": 0, "pp": 1},
+        None,
+        {"hbm", "pin:zero_stage"},
+    ),
+    "unreachable MFU": (
+        "gpt3-13b",
+        "dgx-h100",
+        64,
+        256,
+        {},
+        PerformanceTarget(min_mfu=0.9),
+        {"target"},
+    ),
+    "offload pinned on a system without a tier": (
+        "gpt3-13b",
+        "dgx-h100",
+        64,
+        256,
+        {"offload_weights": 1},
+        None,
+        {"pin:offload_weights"},
+    ),
+}
+
+
+def _system(system: str | SystemSpec) -> SystemSpec:
+    return system if isinstance(system, SystemSpec) else hardware_catalog.load_system(system)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_diagnosis_names_an_irreducible_conflict_and_verified_fixes(name: str) -> None:
+    model_name, system_name, gpus, batch, pins, target, expected = SCENARIOS[name]
+    model = hardware_catalog.load_model(model_name)
+    system = _system(system_name)
+    job = JobSpec(global_batch=batch)
+    result = plan(model, system, job, gpus, pins=pins, target=target)
+    assert result.status == "infeasible" and result.diagnosis is not None
+    families = {c.family for c in result.diagnosis.conflicts}
+    assert expected <= families, families
+    assert all(c.detail for c in result.diagnosis.conflicts)
+    if not any(f.startswith("pin:") for f in families) or len(families) > 1:
+        _assert_irreducible(model, system, job, gpus, pins, target, families)
+    for fix in result.diagnosis.relaxations:
+        assert fix.verified, fix.change
+        assert fix.strategy is not None and fix.step_time_s is not None
+
+
+def _assert_irreducible(model, system, job, gpus, pins, target, families: set[str]) -> None:
+    """With only the conflict's families on, nothing fits; without any one of them, a
+    strategy does."""
+    ctx = CostContext(model, system, job)
+    space = build_search_space(model, system, job, gpus, pins, prune=False)
+    probe = build_plan_model(ctx, space, assumptions=True, target=target)
+    everything = frozenset(probe.variables.families)
+
+    def status(on: set[str]) -> int:
+        built = build_plan_model(ctx, space, dropped=everything - on, target=target)
+        built.model.ClearObjective()
+        return solve(built, 30.0)[1]
+
+    assert status(families) == cp_model.INFEASIBLE
+    for member in families:
+        assert status(families - {member}) in (cp_model.OPTIMAL, cp_model.FEASIBLE), member
+
+
+def test_memory_fixes_carry_the_numbers() -> None:
+    model, system = "megatron-1t", "dgx-a100-80g"
+    result = plan(model, system, JobSpec(global_batch=512), 64)
+    diagnosis = result.diagnosis
+    hbm = next(c for c in diagnosis.conflicts if c.family == "hbm")
+    assert hbm.value is not None and hbm.value > 80 and hbm.strategy is not None
+    fixes = {fix.quantity: fix for fix in diagnosis.relaxations}
+    assert {"gpus", "hbm_gib", "offload_gib"} <= set(fixes)
+    assert fixes["gpus"].value > 64 and fixes["gpus"].value % 8 == 0
+    # The fix applied by hand plans too, and one GPU-node fewer does not.
+    fewest = int(fixes["gpus"].value)
+    assert plan(model, system, JobSpec(global_batch=512), fewest).strategy
+    assert (
+        plan(model, system, JobSpec(global_batch=512), fewest - 8, diagnose=False).strategy is None
+    )
+    assert fixes["hbm_gib"].value >= hbm.value
+
+
+def test_evaluate_names_the_overflowing_tier() -> None:
+    from planner import Strategy, evaluate
+
+    estimate = evaluate(
+        "gpt3-175b", "dgx-a100-80g", JobSpec(global_batch=8), Strategy(tp=8, dp=1, pp=1)
+    )
+    assert not estimate.fits
+    assert any("HBM" in line and "over by" in line for line in estimate.overflows)
