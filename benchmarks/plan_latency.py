@@ -9,7 +9,8 @@ and of the poster's h100-offload-512g, plus the twelve multi-trillion models on 
 h100-offload-512g. Global batch: max(512, GPUs/4) sequences (4,096 at 16,384 GPUs, as in the
 poster). For each: the search-space size (product of the knob domains), the CP-SAT model size
 (variables, constraints, element-table entries), the median and worst solve wall time over
-``--repeats`` runs (build + solve, as `planner plan` reports it), whether optimality was proven,
+``--repeats`` runs (build + solve, as `planner plan` reports it, without the diagnosis of
+infeasible scenarios: benchmarks/diagnosis_latency.py times that), whether optimality was proven,
 and — where the space has at most ``--oracle-limit`` points — the oracle's wall time (one run),
 the ratio, and whether both found the same optimal step time.
 """
@@ -66,7 +67,7 @@ def main() -> None:
         times, result = [], None
         for _ in range(repeats):
             started = time.perf_counter()
-            result = plan(model, system, job, gpus)
+            result = plan(model, system, job, gpus, diagnose=False)
             times.append(time.perf_counter() - started)
         assert result is not None
         median, worst = statistics.median(times), max(times)

@@ -1,0 +1,66 @@
+"""Wall time of the infeasibility diagnosis (``planner plan`` on problems with no strategy).
+
+    python benchmarks/diagnosis_latency.py [--repeats 3]
+
+Typical infeasible cases: a model too large for its GPUs, pins that contradict the problem,
+a batch too small for the GPU count, an offload tier too small, an unreachable MFU, and a
+multi-trillion model on the poster's system. For each,
+the median and worst wall time of the whole `plan` call (solve + diagnosis) over the repeats and
+the conflicting families found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import hardware_catalog
+from constraints.target import PerformanceTarget
+from planner.plan import plan
+from planner.specs import JobSpec
+
+
+def _offload(capacity_gib: float):
+    base = hardware_catalog.load_system("h100-offload-512g")
+    tier = base.memory_tiers[1].model_copy(update={"capacity_gib": capacity_gib})
+    return base.model_copy(update={"memory_tiers": (base.memory_tiers[0], tier)})
+
+
+CASES = [
+    ("1T on 64 A100s", "megatron-1t", "dgx-a100-80g", 64, 512, {}, None),
+    ("22B on one A100-40G node", "megatron-22b", "dgx-a100-40g", 8, 8, {}, None),
+    ("batch 1 on 128 GPUs", "gpt3-1.3b", "dgx-h100", 128, 1, {}, None),
+    ("tp=16 pinned", "llama3-70b", "dgx-h100", 64, 512, {"tp": 16}, None),
+    ("offload tier too small", "megatron-1t", _offload(16), 64, 512, {}, None),
+    ("MFU 90 % wanted", "gpt3-13b", "dgx-h100", 64, 256, {}, PerformanceTarget(min_mfu=0.9)),
+    ("405B on 16 H100s", "llama3-405b", "dgx-h100", 16, 256, {}, None),
+    ("72T on 16,384 offload H100s", "mt-72t", "h100-offload-512g", 16384, 4096, {}, None),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{'case':28s} {'median s':>9s} {'worst s':>8s}  conflict")
+    medians = []
+    for label, model, system, gpus, batch, pins, target in CASES:
+        times, result = [], None
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            result = plan(
+                model, system, JobSpec(global_batch=batch), gpus, pins=pins, target=target
+            )
+            times.append(time.perf_counter() - started)
+        assert result is not None and result.diagnosis is not None, label
+        medians.append(statistics.median(times))
+        families = ", ".join(c.family for c in result.diagnosis.conflicts)
+        print(f"{label:28s} {medians[-1]:9.2f} {max(times):8.2f}  {families}", flush=True)
+    print(
+        f"\nmedian over cases {statistics.median(medians):.2f} s; worst median {max(medians):.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
