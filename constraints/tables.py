@@ -31,6 +31,7 @@ from planner.cost.memory import (
     rebuilt_activation_bytes,
 )
 from planner.cost.step import block_pieces, dp_comm_times_s, optimizer_time_s, pp_message_s
+from planner.specs import SystemSpec
 
 KIB = 1024.0
 MEMORY_CEILING_BYTES = 2.0 * (1 << 40)
@@ -126,51 +127,78 @@ class TableBuilder:
             return job.global_batch / (grid["dp"] * grid["micro_batch"])
         return job.global_batch * grid["tp"] / (self.variables.space.gpus * grid["micro_batch"])
 
-    def per_block(self, name: str, knobs: tuple[str, ...], cost) -> PerBlock:
-        """``cost(grid)`` in seconds tabulated over ``knobs``, and its per-step multiple."""
-        grid = make_grid(self.variables, knobs)
-        scaled = make_grid(self.variables, (*knobs, *self.dp_axes))
+    # -- hardware levels ---------------------------------------------------------------------
+    def level_contexts(self, knob: str) -> list[CostContext]:
+        """One cost context per level of a hardware knob (a bandwidth made a decision)."""
+        ctx = self.ctx
+        contexts = []
+        for value in self.variables.space.hardware[knob]:
+            system = with_bandwidth(ctx.system, knob, value)
+            contexts.append(CostContext(ctx.model, system, ctx.job))
+        return contexts
+
+    def evaluate(
+        self, knobs: tuple[str, ...], cost, affected: tuple[str, ...] = ()
+    ) -> tuple[Grid, np.ndarray]:
+        """``cost(ctx, grid)`` over the knobs' grid; when a hardware knob in ``affected`` is a
+        decision of this model, once per level, stacked as one more (last) axis."""
+        levels = [k for k in affected if k in self.variables.space.hardware]
+        if not levels:
+            grid = make_grid(self.variables, knobs)
+            return grid, np.broadcast_to(cost(self.ctx, grid), grid[knobs[0]].shape)
+        knob = levels[0]
+        base = make_grid(self.variables, knobs)
+        shape = base[knobs[0]].shape
+        values = np.stack(
+            [np.broadcast_to(cost(ctx, base), shape) for ctx in self.level_contexts(knob)], axis=-1
+        )
+        return make_grid(self.variables, (*knobs, knob)), values
+
+    def per_block(
+        self, name: str, knobs: tuple[str, ...], cost, affected: tuple[str, ...] = ()
+    ) -> PerBlock:
+        """``cost(ctx, grid)`` in seconds tabulated over ``knobs``, and its per-step multiple."""
+        grid, once = self.evaluate(knobs, cost, affected)
+        scaled, per_mb = self.evaluate((*knobs, *self.dp_axes), cost, affected)
         return PerBlock(
-            once=self.time(name, grid, cost(grid)),
-            per_step=self.time(f"{name}_per_step", scaled, self.step_scale(scaled) * cost(scaled)),
+            once=self.time(name, grid, once),
+            per_step=self.time(f"{name}_per_step", scaled, self.step_scale(scaled) * per_mb),
             pp_power=0 if self.free_gpus else 1,
         )
 
     # -- the tables -------------------------------------------------------------------------
     def block_compute(self) -> tuple[PerBlock, PerBlock]:
         """(forward + backward + recompute, forward) per block per micro-batch."""
-        ctx = self.ctx
         knobs = ("tp", "micro_batch", "recompute", "sequence_parallel")
 
-        def times(g: Grid):
+        def times(ctx: CostContext, g: Grid):
             return block_times(
                 ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"]
             )
 
-        def compute(g: Grid) -> np.ndarray:
-            t = times(g)
+        def compute(ctx: CostContext, g: Grid) -> np.ndarray:
+            t = times(ctx, g)
             return t.forward_s + t.backward_s + t.recompute_s
 
         return (
             self.per_block("compute", knobs, compute),
-            self.per_block("forward", knobs, lambda g: times(g).forward_s),
+            self.per_block("forward", knobs, lambda ctx, g: times(ctx, g).forward_s),
         )
 
     def tp_exposed(self) -> PerBlock:
-        ctx = self.ctx
         return self.per_block(
             "tp_exposed",
             ("tp", "micro_batch", "recompute", "tp_overlap"),
-            lambda g: (
+            lambda ctx, g: (
                 block_pieces(
                     ctx, g["tp"], g["micro_batch"], g["recompute"], 0, g["tp_overlap"], 0, 0
                 ).tp_exposed_s
             ),
+            affected=("scale_out_bw",),
         )
 
     def offload_exposed(self) -> tuple[PerBlock, PerBlock]:
         """(forward, backward) exposed offload traffic per block per micro-batch."""
-        ctx = self.ctx
         knobs = (
             "tp",
             "micro_batch",
@@ -180,7 +208,7 @@ class TableBuilder:
             "offload_activations",
         )
 
-        def pieces(g: Grid):
+        def pieces(ctx: CostContext, g: Grid):
             return block_pieces(
                 ctx,
                 g["tp"],
@@ -193,61 +221,78 @@ class TableBuilder:
             )
 
         return (
-            self.per_block("offload_forward", knobs, lambda g: pieces(g).offload_forward_s),
-            self.per_block("offload_backward", knobs, lambda g: pieces(g).offload_backward_s),
+            self.per_block(
+                "offload_forward",
+                knobs,
+                lambda ctx, g: pieces(ctx, g).offload_forward_s,
+                ("offload_bw",),
+            ),
+            self.per_block(
+                "offload_backward",
+                knobs,
+                lambda ctx, g: pieces(ctx, g).offload_backward_s,
+                ("offload_bw",),
+            ),
         )
 
     def head(self) -> PerBlock:
-        ctx = self.ctx
         return self.per_block(
-            "head", ("tp", "micro_batch"), lambda g: lm_head_time_s(ctx, g["tp"], g["micro_batch"])
+            "head",
+            ("tp", "micro_batch"),
+            lambda ctx, g: lm_head_time_s(ctx, g["tp"], g["micro_batch"]),
         )
 
     def pp_message(self) -> PerBlock:
         """One stage-to-stage message per micro-batch; its tier follows the job's span t·p·d
         (the fixed GPU count, or a table over pp and dp when it is free)."""
-        ctx = self.ctx
         if not self.free_gpus:
             gpus = self.variables.space.gpus
             return self.per_block(
                 "pp_message",
                 ("tp", "micro_batch"),
-                lambda g: pp_message_s(ctx, g["tp"], g["micro_batch"], gpus),
+                lambda ctx, g: pp_message_s(ctx, g["tp"], g["micro_batch"], gpus),
+                affected=("scale_out_bw",),
             )
-        grid = make_grid(self.variables, ("tp", "micro_batch", "pp", "dp"))
-        message = pp_message_s(
-            ctx, grid["tp"], grid["micro_batch"], grid["tp"] * grid["pp"] * grid["dp"]
-        )
+
+        def message(ctx: CostContext, g: Grid) -> np.ndarray:
+            return pp_message_s(ctx, g["tp"], g["micro_batch"], g["tp"] * g["pp"] * g["dp"])
+
+        grid, once = self.evaluate(("tp", "micro_batch", "pp", "dp"), message, ("scale_out_bw",))
         return PerBlock(
-            once=self.time("pp_message", grid, message),
-            per_step=self.time("pp_message_per_step", grid, self.step_scale(grid) * message),
+            once=self.time("pp_message", grid, once),
+            per_step=self.time("pp_message_per_step", grid, self.step_scale(grid) * once),
             pp_power=0,
         )
 
     def dp_comm(self) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
-        g = make_grid(self.variables, ("tp", "pp", *self.dp_axes, "zero_stage", "recompute"))
-        after, before, per_mb = dp_comm_times_s(
-            self.ctx, g["tp"], g["pp"], self.data_parallel(g), g["zero_stage"], g["recompute"]
-        )
-        return (
-            self.time("dp_after_backward", g, after),
-            self.time("dp_before_forward", g, before),
-            self.time("dp_per_micro_batch", g, per_mb),
-        )
+        knobs = ("tp", "pp", *self.dp_axes, "zero_stage", "recompute")
+
+        def part(index: int):
+            def cost(ctx: CostContext, g: Grid) -> np.ndarray:
+                return dp_comm_times_s(
+                    ctx, g["tp"], g["pp"], self.data_parallel(g), g["zero_stage"], g["recompute"]
+                )[index]
+
+            return self.evaluate(knobs, cost, ("scale_out_bw",))
+
+        names = ("dp_after_backward", "dp_before_forward", "dp_per_micro_batch")
+        return tuple(self.time(name, *part(i)) for i, name in enumerate(names))
 
     def optimizer(self) -> cp_model.IntVar:
-        g = make_grid(
-            self.variables, ("tp", "pp", *self.dp_axes, "zero_stage", "offload_optimizer")
+        knobs = ("tp", "pp", *self.dp_axes, "zero_stage", "offload_optimizer")
+        grid, seconds = self.evaluate(
+            knobs,
+            lambda ctx, g: optimizer_time_s(
+                ctx,
+                g["tp"],
+                g["pp"],
+                self.data_parallel(g),
+                g["zero_stage"],
+                g["offload_optimizer"],
+            ),
+            ("offload_bw",),
         )
-        seconds = optimizer_time_s(
-            self.ctx,
-            g["tp"],
-            g["pp"],
-            self.data_parallel(g),
-            g["zero_stage"],
-            g["offload_optimizer"],
-        )
-        return self.time("optimizer", g, seconds)
+        return self.time("optimizer", grid, seconds)
 
     def state(self, last: bool) -> tuple[cp_model.IntVar, list[cp_model.IntVar]]:
         """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage."""
@@ -304,3 +349,21 @@ class TableBuilder:
     def logits(self) -> cp_model.IntVar:
         g = make_grid(self.variables, ("tp", "micro_batch"))
         return self.memory("logits", g, logits_bytes(self.ctx, g["tp"], g["micro_batch"]))
+
+
+HARDWARE_KNOBS = ("offload_bw", "scale_out_bw")
+"""Bandwidths a minimum-hardware query can make decisions: the first offload tier's, and the
+scale-out (last) network tier's, per GPU per direction."""
+
+
+def with_bandwidth(system: SystemSpec, knob: str, gbps: float) -> SystemSpec:
+    """The system with the bandwidth a hardware knob stands for set to ``gbps``."""
+    if knob == "offload_bw":
+        tiers = list(system.memory_tiers)
+        tiers[1] = tiers[1].model_copy(update={"bandwidth_gbps": gbps})
+        return system.model_copy(update={"memory_tiers": tuple(tiers)})
+    if knob == "scale_out_bw":
+        tiers = list(system.network_tiers)
+        tiers[-1] = tiers[-1].model_copy(update={"bandwidth_gbps": gbps})
+        return system.model_copy(update={"network_tiers": tuple(tiers)})
+    raise ValueError(f"unknown hardware knob {knob!r}")

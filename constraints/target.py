@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from constraints.objective import StepVariables
-from constraints.variables import Variables
+from constraints.variables import LOG_SCALE, Variables
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,13 @@ def add_target(
     m = variables.model
     if target.max_step_s is not None:
         m.Add(steps.step <= math.floor(target.max_step_s / unit_s)).OnlyEnforceIf(literal)
+        if variables.space.gpus is None:
+            # Implied (MFU ≤ 1): GPUs ≥ model FLOPs / (peak · step bound). Stated for the
+            # solver, whose tables hide it, in the log form of the GPU count.
+            fewest = model_flops / (peak_flops * target.max_step_s)
+            if fewest > 1:
+                cut = round(LOG_SCALE * math.log(fewest)) - 2
+                m.Add(variables.log_gpu_count() >= cut).OnlyEnforceIf(literal)
     if target.min_mfu is not None:
         budget = math.floor(model_flops / (peak_flops * target.min_mfu) / unit_s)
         gpus = variables.space.gpus

@@ -170,10 +170,12 @@ def diagnose(
     plan_fn: Planner,
     limits: dict[str, int],
     target: PerformanceTarget | None = None,
+    fixes: bool = True,
 ) -> Diagnosis:
-    """The diagnosis of an infeasible planning problem (see the module docstring)."""
+    """The diagnosis of an infeasible planning problem (see the module docstring). Without
+    ``fixes``, only the conflict (no relaxations, and no fewest-GPU search)."""
     started = time.perf_counter()
-    session = _Session(CostContext(model, system, job), gpus, pins, limits, target, plan_fn)
+    session = _Session(CostContext(model, system, job), gpus, pins, limits, target, plan_fn, fixes)
     pinned = pin_conflicts(model, system, job, gpus, pins)
     if pinned:
         relaxation = session.drop_pins([c.family.removeprefix("pin:") for c in pinned])
@@ -182,7 +184,7 @@ def diagnose(
         )
     core = session.irreducible_core()
     conflicts = [session.quantify(family, label) for family, label in core]
-    relaxations = session.relaxations({family for family, _ in core})
+    relaxations = session.relaxations({family for family, _ in core}) if fixes else []
     return Diagnosis(
         conflicts=conflicts, relaxations=relaxations, wall_time_s=time.perf_counter() - started
     )
@@ -198,6 +200,7 @@ class _Session:
     limits: dict[str, int]
     target: PerformanceTarget | None
     plan_fn: Planner
+    fixes: bool = True
     fewest_cache: list = field(default_factory=list)
 
     def space(
@@ -245,7 +248,7 @@ class _Session:
         built = self.build(space, assumptions=True)
         built.model.ClearObjective()
         families = {name: f.label for name, f in built.variables.families.items()}
-        solver, status = solve(built, CHECK_TIME_LIMIT_S)
+        solver, status = solve(built, CHECK_TIME_LIMIT_S, presolve=False)
         if status == cp_model.INFEASIBLE:
             by_index = {f.literal.Index(): n for n, f in built.variables.families.items()}
             core = [
@@ -259,7 +262,7 @@ class _Session:
         def infeasible(names: list[str]) -> bool:
             trial = self.build(space, dropped=frozenset(families) - set(names))
             trial.model.ClearObjective()
-            return solve(trial, CHECK_TIME_LIMIT_S)[1] == cp_model.INFEASIBLE
+            return solve(trial, CHECK_TIME_LIMIT_S, presolve=False)[1] == cp_model.INFEASIBLE
 
         for name in list(core):
             remaining = [n for n in core if n != name]
@@ -299,7 +302,9 @@ class _Session:
                 family=family, label=label, detail=detail, value=gib, unit="GiB", strategy=strategy
             )
         if family == "factorization":
-            fewest = self.fewest_gpus()
+            fewest = self.fewest_gpus() if self.fixes else None
+            if not self.fixes:
+                return Conflict(family=family, label=label, detail=f"{self.gpus} GPUs")
             if fewest is None:
                 return Conflict(
                     family=family,

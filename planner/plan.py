@@ -76,14 +76,14 @@ def plan(
     workers: int = DEFAULT_WORKERS,
     max_micro_batch: int = 64,
     max_interleave: int = 16,
-    diagnose: bool = True,
+    diagnose: bool | str = True,
     target: PerformanceTarget | None = None,
 ) -> Plan:
     """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless the
     time limit cut the proof short (status ``feasible``). With ``top`` = K, also the K best
     distinct strategies (``alternatives``, the best first). When nothing fits, ``diagnose``
-    explains why (planner.diagnosis). ``target`` (a step-time or MFU bound) is one more
-    constraint family."""
+    explains why (planner.diagnosis; ``diagnose="conflict"`` names the conflict without
+    searching for fixes). ``target`` (a step-time or MFU bound) is one more constraint family."""
     model_spec, system_spec = as_model(model), as_system(system)
     if system_spec.max_gpus is not None and gpus > system_spec.max_gpus:
         raise InputError(
@@ -152,7 +152,9 @@ def _infeasible(report, model, system, job, gpus, pins, limits, diagnose, starte
     diagnosis = None
     if diagnose:
         verify = functools.partial(plan, diagnose=False, target=target)
-        diagnosis = run_diagnosis(model, system, job, gpus, pins, verify, limits, target)
+        diagnosis = run_diagnosis(
+            model, system, job, gpus, pins, verify, limits, target, fixes=diagnose != "conflict"
+        )
     if report is not None:
         report.wall_time_s = time.perf_counter() - started
     return Plan(

@@ -54,10 +54,15 @@ class SearchSpace:
     pins: dict[str, int] = field(default_factory=dict)
     max_gpus: int = 0
     gpu_multiple: int = 1
+    hardware: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """Hardware knobs made decisions (constraints.tables.HARDWARE_KNOBS): name → the grid of
+    values; its one-hot knob in ``domains`` ranges over the grid's indices."""
 
     def size(self) -> int:
         """Points in the product of the knob domains (dp excluded when tp·pp·dp is fixed)."""
-        names = [k for k in self.domains if k != "dp" or self.gpus is None]
+        names = [
+            k for k in self.domains if (k != "dp" or self.gpus is None) and k not in self.hardware
+        ]
         return int(np.prod([len(self.domains[k]) for k in names], dtype=float))
 
 

@@ -24,8 +24,9 @@ def solve(
     without probing, SAT inprocessing and the LP relaxation are off: on these models (small,
     element-table heavy) propagation alone proves optimality, and the rest cost 2-3× the time
     (parameter sweep over eight benchmark scenarios: median 0.54 s → 0.24 s). Models with a
-    free GPU count solve faster without presolve (megatron-1t fewest-GPU query: 4.9 s → 0.6 s),
-    hence ``presolve``."""
+    free GPU count, or a hardware quantity to minimise, solve faster without presolve
+    (megatron-1t fewest-GPU query: 4.9 s → 0.6 s; mt-11t least-HBM 0.35 s → 0.08 s; an 81-level
+    offload-bandwidth grid 58 s (time limit) → 2.4 s), hence ``presolve``."""
     solver = cp_model.CpSolver()
     parameters = solver.parameters
     parameters.max_time_in_seconds = time_limit_s

@@ -1,0 +1,366 @@
+"""Minimum-hardware queries: the least hardware that meets a goal, proven minimal.
+
+The quantity is a decision variable of one CP-SAT model, with every cost term that depends on it
+tabulated with it (DESIGN.md §5):
+
+- ``gpus``: tp·pp·dp free (whole nodes, up to the system's maximum or ``max_gpus``), minimised
+  through a linear log objective;
+- ``hbm`` / ``offload-capacity``: the memory a strategy needs per GPU, a variable bounded by
+  the fit family, which the query drops and minimises instead (reported on a 0.1 GiB / 1 GiB
+  grid);
+- ``offload-bandwidth`` / ``scale-out-bandwidth``: a one-hot over a geometric grid of bandwidths
+  (the offload, DP/PP and optimizer tables get one more axis), minimised by grid index;
+- ``cost``: GPUs × step time (GPU-hours per step, times the system's price), with the GPU count
+  free.
+
+Goals: a maximum step time, a minimum MFU, a token budget by a deadline (a step-time bound), or
+just "fits". The answer comes with the strategy that achieves it and the evidence of minimality:
+the solver's proof (status optimal) and a plan one grid step below the minimum, infeasible, with
+its diagnosis.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Literal
+
+import numpy as np
+from ortools.sat.python import cp_model
+from pydantic import BaseModel
+
+from constraints import build_plan_model
+from constraints.tables import with_bandwidth
+from constraints.target import PerformanceTarget
+from planner.api import as_model, as_system
+from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.diagnosis import Diagnosis
+from planner.errors import InputError
+from planner.estimate import Estimate
+from planner.plan import Plan, plan
+from planner.search_space import build_search_space
+from planner.solving import SOLVED, decode, solve
+from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+Quantity = Literal[
+    "gpus", "hbm", "offload-capacity", "offload-bandwidth", "scale-out-bandwidth", "cost"
+]
+QUANTITIES: dict[str, str] = {
+    "gpus": "GPUs",
+    "hbm": "GiB",
+    "offload-capacity": "GiB",
+    "offload-bandwidth": "GB/s",
+    "scale-out-bandwidth": "GB/s",
+    "cost": "USD",
+}
+HBM_STEP_GIB = 0.1
+OFFLOAD_STEP_GIB = 1.0
+BANDWIDTH_STEPS_PER_DOUBLING = 8
+"""Bandwidth grids are geometric, 8 steps per doubling (9 % apart)."""
+
+
+class Minimum(BaseModel):
+    quantity: str
+    value: float
+    unit: str
+    proven: bool
+    """CP-SAT proved no smaller value in the domain admits a strategy."""
+    strategy: Strategy
+    estimate: Estimate
+    below_value: float | None
+    """One grid step below the minimum (None when the minimum is the domain's smallest)."""
+    below_status: str | None
+    below_diagnosis: Diagnosis | None
+
+
+class MinHardwareResult(BaseModel):
+    status: Literal["optimal", "feasible", "infeasible", "unknown"]
+    minimum: Minimum | None
+    diagnosis: Diagnosis | None
+    wall_time_s: float
+    goal: str
+
+
+def bandwidth_grid(low_gbps: float, high_gbps: float) -> tuple[float, ...]:
+    """Geometric grid from ``low`` to at least ``high``, BANDWIDTH_STEPS_PER_DOUBLING per 2×."""
+    steps = math.ceil(math.log2(high_gbps / low_gbps) * BANDWIDTH_STEPS_PER_DOUBLING)
+    return tuple(
+        float(f"{low_gbps * 2 ** (i / BANDWIDTH_STEPS_PER_DOUBLING):.4g}") for i in range(steps + 1)
+    )
+
+
+def min_hardware(
+    model: ModelSpec | str,
+    system: SystemSpec | str,
+    job: JobSpec,
+    quantity: str,
+    gpus: int | None = None,
+    target: PerformanceTarget | None = None,
+    pins: dict[str, int] | None = None,
+    max_gpus: int | None = None,
+    bandwidth_range_gbps: tuple[float, float] | None = None,
+    time_limit_s: float = 60.0,
+    max_micro_batch: int = 64,
+    max_interleave: int = 16,
+) -> MinHardwareResult:
+    """The least ``quantity`` that meets ``target`` (see the module docstring)."""
+    started = time.perf_counter()
+    model_spec, system_spec = as_model(model), as_system(system)
+    if quantity not in QUANTITIES:
+        raise InputError(f"--minimize {quantity!r}: allowed: {', '.join(QUANTITIES)}")
+    target = target or PerformanceTarget()
+    pins = dict(pins or {})
+    limits = {"max_micro_batch": max_micro_batch, "max_interleave": max_interleave}
+    query = _Query(
+        model_spec,
+        system_spec,
+        job,
+        quantity,
+        gpus,
+        target,
+        pins,
+        limits,
+        time_limit_s,
+        max_gpus,
+        bandwidth_range_gbps,
+    )
+    found = query.run()
+    return MinHardwareResult(
+        status=found[0],
+        minimum=found[1],
+        diagnosis=found[2],
+        wall_time_s=time.perf_counter() - started,
+        goal=target.describe() if _has_goal(target) else "fits",
+    )
+
+
+def _has_goal(target: PerformanceTarget) -> bool:
+    return target.max_step_s is not None or target.min_mfu is not None
+
+
+class _Query:
+    def __init__(
+        self,
+        model,
+        system,
+        job,
+        quantity,
+        gpus,
+        target,
+        pins,
+        limits,
+        time_limit_s,
+        max_gpus,
+        bandwidth_range,
+    ) -> None:
+        self.model, self.system, self.job = model, system, job
+        self.quantity, self.gpus, self.target = quantity, gpus, target
+        self.pins, self.limits, self.time_limit_s = pins, limits, time_limit_s
+        self.max_gpus, self.bandwidth_range = max_gpus, bandwidth_range
+        self.ctx = CostContext(model, system, job)
+        if quantity not in ("gpus", "cost") and gpus is None:
+            raise InputError(f"--minimize {quantity} needs --gpus (the GPU count to size for)")
+        if quantity in ("offload-capacity", "offload-bandwidth") and not system.offload_tiers:
+            raise InputError(
+                f"--minimize {quantity}: system {system.name!r} has no offload "
+                "tier (use one that has, e.g. h100-offload-512g)"
+            )
+        if quantity == "cost" and system.gpu_hour_usd is None:
+            raise InputError(f"--minimize cost: system {system.name!r} has no gpu_hour_usd")
+
+    def plan_at(
+        self, system: SystemSpec | None = None, gpus: int | None = None, diagnose: bool = False
+    ) -> Plan:
+        return plan(
+            self.model,
+            system or self.system,
+            self.job,
+            gpus or self.gpus,
+            pins=self.pins,
+            target=self.target,
+            time_limit_s=self.time_limit_s,
+            diagnose=diagnose,
+            **self.limits,
+        )
+
+    def run(self):
+        if self.quantity in ("gpus", "cost"):
+            return self.free_gpus()
+        if self.quantity in ("hbm", "offload-capacity"):
+            return self.memory()
+        return self.bandwidth()
+
+    # -- answers -----------------------------------------------------------------------------
+    def answer(
+        self,
+        value: float,
+        proven: bool,
+        result: Plan,
+        below_value: float | None,
+        below: Plan | None,
+    ) -> tuple:
+        if result.strategy is None:
+            return ("unknown", None, result.diagnosis)
+        minimum = Minimum(
+            quantity=self.quantity,
+            value=value,
+            unit=QUANTITIES[self.quantity],
+            proven=proven,
+            strategy=result.strategy,
+            estimate=result.estimate,
+            below_value=below_value,
+            below_status=below.status if below is not None else None,
+            below_diagnosis=below.diagnosis if below is not None else None,
+        )
+        return ("optimal" if proven else "feasible", minimum, None)
+
+    def infeasible(self, **changes) -> tuple:
+        """No value in the domain works: the diagnosis of the problem at the domain's top."""
+        result = plan(
+            self.model,
+            changes.get("system", self.system),
+            self.job,
+            changes.get("gpus", self.gpus or self.system.max_gpus or 1),
+            pins=self.pins,
+            target=self.target,
+            **self.limits,
+        )
+        return ("infeasible", None, result.diagnosis)
+
+    # -- GPU count and cost ------------------------------------------------------------------
+    def free_gpus(self) -> tuple:
+        system = self.system
+        bound = (
+            self.max_gpus
+            or system.max_gpus
+            or (system.scale_up_gpus * self.model.layers * self.job.global_batch)
+        )
+        space = build_search_space(
+            self.model,
+            system,
+            self.job,
+            None,
+            self.pins,
+            max_gpus=bound,
+            gpu_multiple=system.gpus_per_node,
+            **self.limits,
+        )
+        built = build_plan_model(self.ctx, space, target=self.target)
+        if self.quantity == "gpus":
+            built.model.Minimize(built.variables.log_gpu_count())
+        else:
+            count = built.variables.gpu_count()
+            product = built.variables.new_int(
+                "gpu_steps", built.variables.ub(count) * built.variables.ub(built.steps.step)
+            )
+            built.model.AddMultiplicationEquality(product, [count, built.steps.step])
+            built.model.Minimize(product)
+        solver, status = solve(built, self.time_limit_s, presolve=False)
+        if status not in SOLVED:
+            if status == cp_model.INFEASIBLE:
+                return self.infeasible(gpus=min(bound, 1 << 20))
+            return ("unknown", None, None)
+        least = decode(built, solver).gpus
+        result = self.plan_at(gpus=least)
+        if self.quantity == "cost":
+            value = self._cost(result)
+            proven = status == cp_model.OPTIMAL and result.status == "optimal"
+            return self.answer(value, proven, result, None, None)
+        below_count = least - system.gpus_per_node
+        below = self.plan_at(gpus=below_count, diagnose="conflict") if below_count > 0 else None
+        return self.answer(
+            least, status == cp_model.OPTIMAL, result, below_count if below else None, below
+        )
+
+    def _cost(self, result: Plan) -> float:
+        """Dollars to train the job's token budget (or one step, without a budget)."""
+        estimate = result.estimate
+        steps = (
+            self.job.train_tokens / (self.job.global_batch * self.ctx.seq_len)
+            if self.job.train_tokens
+            else 1.0
+        )
+        return steps * estimate.step_time_s * result.strategy.gpus / 3600 * self.system.gpu_hour_usd
+
+    # -- memory capacities -------------------------------------------------------------------
+    def memory(self) -> tuple:
+        family, step = (
+            ("hbm", HBM_STEP_GIB) if self.quantity == "hbm" else ("offload1", OFFLOAD_STEP_GIB)
+        )
+        system = self.system
+        if family == "offload1":  # room to find the least, however large
+            system = _with_capacity(system, 1, 64 * 1024.0)
+        ctx = CostContext(self.model, system, self.job)
+        space = build_search_space(
+            self.model, system, self.job, self.gpus, self.pins, **self.limits
+        )
+        built = build_plan_model(ctx, space, dropped=frozenset({family}), target=self.target)
+        need = built.needs.hbm if family == "hbm" else built.needs.offload[0]
+        built.model.Minimize(need)
+        solver, status = solve(built, self.time_limit_s, presolve=False)
+        if status not in SOLVED:
+            if status == cp_model.INFEASIBLE:
+                return self.infeasible(system=system)
+            return ("unknown", None, None)
+        gib = solver.Value(need) * 1024 / BYTES_PER_GIB
+        if family == "hbm":
+            gib /= self.job.hbm_usable_fraction
+        value = math.ceil(gib / step - 1e-9) * step
+        value = float(f"{value:.4g}")
+        tier = 0 if family == "hbm" else 1
+        result = self.plan_at(system=_with_capacity(system, tier, value))
+        below_value = float(f"{value - step:.4g}")
+        below = (
+            self.plan_at(system=_with_capacity(system, tier, below_value), diagnose="conflict")
+            if below_value > 0
+            else None
+        )
+        return self.answer(
+            value, status == cp_model.OPTIMAL, result, below_value if below else None, below
+        )
+
+    # -- bandwidths --------------------------------------------------------------------------
+    def bandwidth(self) -> tuple:
+        knob = "offload_bw" if self.quantity == "offload-bandwidth" else "scale_out_bw"
+        current = (
+            self.system.memory_tiers[1].bandwidth_gbps
+            if knob == "offload_bw"
+            else self.system.network_tiers[-1].bandwidth_gbps
+        )
+        low, high = self.bandwidth_range or (current / 64, current * 16)
+        grid = bandwidth_grid(low, high)
+        space = build_search_space(
+            self.model, self.system, self.job, self.gpus, self.pins, **self.limits
+        )
+        domains = {**space.domains, knob: tuple(range(len(grid)))}
+        space = replace(space, domains=domains, hardware={knob: grid})
+        built = build_plan_model(self.ctx, space, target=self.target)
+        built.model.Minimize(built.variables.index(knob))
+        solver, status = solve(built, self.time_limit_s, presolve=False)
+        if status not in SOLVED:
+            top = with_bandwidth(self.system, knob, grid[-1])
+            if status == cp_model.INFEASIBLE:
+                return self.infeasible(system=top)
+            return ("unknown", None, None)
+        level = int(np.argmax([solver.Value(b) for b in built.variables.onehot[knob]]))
+        value = grid[level]
+        result = self.plan_at(system=with_bandwidth(self.system, knob, value))
+        below = (
+            self.plan_at(
+                system=with_bandwidth(self.system, knob, grid[level - 1]), diagnose="conflict"
+            )
+            if level > 0
+            else None
+        )
+        return self.answer(
+            value, status == cp_model.OPTIMAL, result, grid[level - 1] if level else None, below
+        )
+
+
+def _with_capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:
+    tiers = tuple(
+        t.model_copy(update={"capacity_gib": gib}) if i == tier else t
+        for i, t in enumerate(system.memory_tiers)
+    )
+    return system.model_copy(update={"memory_tiers": tiers})
