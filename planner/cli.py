@@ -22,6 +22,7 @@ from planner import report
 from planner.api import as_model, as_system, evaluate
 from planner.calibration import PARAMETERS, apply_params, current_params, fit
 from planner.errors import InputError, describe_validation_error
+from planner.min_hardware import QUANTITIES, min_hardware, pareto
 from planner.plan import plan
 from planner.search_space import parse_pin
 from planner.specs import JobSpec, Strategy
@@ -182,6 +183,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan_cmd.add_argument("--max-micro-batch", type=_positive_int, default=64)
     plan_cmd.add_argument("--max-interleave", type=_positive_int, default=16)
+
+    hardware_cmd = commands.add_parser(
+        "min-hardware", help="the least hardware that meets a goal, proven minimal"
+    )
+    _add_problem_args(hardware_cmd)
+    hardware_cmd.add_argument(
+        "--minimize", required=True, choices=list(QUANTITIES), help="the quantity to minimise"
+    )
+    hardware_cmd.add_argument(
+        "--max-step-time",
+        type=_positive_float,
+        metavar="S",
+        help="goal: step time at most S seconds",
+    )
+    hardware_cmd.add_argument(
+        "--min-mfu", type=_fraction, metavar="F", help="goal: MFU at least F (0-1)"
+    )
+    hardware_cmd.add_argument(
+        "--max-days",
+        type=_positive_float,
+        metavar="D",
+        help="goal: train --train-tokens within D days",
+    )
+    hardware_cmd.add_argument(
+        "--max-gpus",
+        type=_positive_int,
+        help="upper bound of the GPU count (default: the system's)",
+    )
+    hardware_cmd.add_argument(
+        "--bandwidth-range",
+        type=_positive_float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="GB/s range of a bandwidth grid (default: current/64 .. ×16)",
+    )
+    hardware_cmd.add_argument(
+        "--sweep",
+        choices=[q for q in QUANTITIES if q != "cost"] + ["step-time"],
+        help="also trace the Pareto front against this quantity",
+    )
+    hardware_cmd.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE")
+    hardware_cmd.add_argument("--time-limit", type=_positive_float, default=60.0)
 
     validate_cmd = commands.add_parser(
         "validate", help="predicted vs measured step time of real training runs"
@@ -370,6 +413,72 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if result.strategy is not None else EXIT_INFEASIBLE
 
 
+def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
+    step = args.max_step_time
+    if args.max_days is not None:
+        if not job.train_tokens:
+            raise InputError("--max-days needs --train-tokens (the budget to train by then)")
+        deadline = (
+            args.max_days * 86400 * job.global_batch * args.seq_len_resolved / (job.train_tokens)
+        )
+        step = min(step, deadline) if step else deadline
+    return PerformanceTarget(max_step_s=step, min_mfu=args.min_mfu)
+
+
+def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
+    model, system = as_model(args.model), as_system(args.system)
+    job = _job(args)
+    args.seq_len_resolved = job.seq_len_for(model)
+    target = _goal(args, job)
+    pins = dict(parse_pin(text) for text in args.pin)
+    common = dict(
+        gpus=args.gpus,
+        target=target,
+        pins=pins,
+        max_gpus=args.max_gpus,
+        bandwidth_range_gbps=tuple(args.bandwidth_range) if args.bandwidth_range else None,
+        time_limit_s=args.time_limit,
+    )
+    result = min_hardware(model, system, job, args.minimize, **common)
+    front = pareto(model, system, job, args.minimize, args.sweep, **common) if args.sweep else None
+    if args.json:
+        payload = {
+            "model": model.name,
+            "system": system.name,
+            "job": job.model_dump(mode="json"),
+            "goal": result.goal,
+            "status": result.status,
+            "wall_time_s": result.wall_time_s,
+        }
+        if result.minimum is not None:
+            minimum = result.minimum
+            payload["minimum"] = {
+                "quantity": minimum.quantity,
+                "value": minimum.value,
+                "unit": minimum.unit,
+                "proven": minimum.proven,
+                "strategy": minimum.strategy.model_dump(mode="json"),
+                "estimate": minimum.estimate.model_dump(mode="json"),
+                "below": {
+                    "value": minimum.below_value,
+                    "status": minimum.below_status,
+                    "diagnosis": minimum.below_diagnosis.model_dump(mode="json")
+                    if minimum.below_diagnosis
+                    else None,
+                },
+            }
+        if result.diagnosis is not None:
+            payload["diagnosis"] = result.diagnosis.model_dump(mode="json")
+        if front is not None:
+            payload["pareto"] = [point.model_dump(mode="json") for point in front]
+        _print_json(payload)
+    else:
+        report.print_min_hardware(console, result, model, system, job)
+        if front is not None:
+            report.print_pareto(console, front, args.minimize, args.sweep)
+    return EXIT_OK if result.minimum is not None else EXIT_INFEASIBLE
+
+
 def run_validate(args: argparse.Namespace, console: Console) -> int:
     result = validate(load_dataset(args.dataset))
     if args.json:
@@ -416,6 +525,7 @@ COMMANDS = {
     "catalog": run_catalog,
     "evaluate": run_evaluate,
     "plan": run_plan,
+    "min-hardware": run_min_hardware,
     "validate": run_validate,
     "calibrate": run_calibrate,
 }

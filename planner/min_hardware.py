@@ -364,3 +364,132 @@ def _with_capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:
         for i, t in enumerate(system.memory_tiers)
     )
     return system.model_copy(update={"memory_tiers": tiers})
+
+
+class ParetoPoint(BaseModel):
+    first: float
+    second: float
+    step_time_s: float
+    mfu: float
+    strategy: Strategy
+
+
+SWEEP_POINTS = 6
+UNBOUNDED = {
+    "hbm": 4096.0,
+    "offload-capacity": 65536.0,
+    "offload-bandwidth": 10000.0,
+    "scale-out-bandwidth": 10000.0,
+}
+"""Generous values of the minimised quantity while the other one's least value is found."""
+
+
+def pareto(
+    model: ModelSpec | str,
+    system: SystemSpec | str,
+    job: JobSpec,
+    first: str,
+    second: str,
+    gpus: int | None = None,
+    target: PerformanceTarget | None = None,
+    **options,
+) -> list[ParetoPoint]:
+    """The Pareto front of two quantities by the epsilon-constraint method: the second is capped
+    at SWEEP_POINTS values on a geometric grid — from its least value (the first set generously,
+    UNBOUNDED) to what the first's minimum needs of it — and the first minimised under each cap;
+    dominated points are dropped."""
+    model_spec, system_spec = as_model(model), as_system(system)
+    target = target or PerformanceTarget()
+    if second == first:
+        raise InputError(f"--sweep {second}: choose a quantity other than --minimize")
+    corner = min_hardware(
+        model_spec, system_spec, job, first, gpus=gpus, target=target, **options
+    ).minimum
+    if corner is None:
+        return []
+    high = _requirement(corner, second, system_spec)
+    if second == "step-time":
+        low = plan(
+            model_spec, system_spec, job, corner.strategy.gpus, target=target, diagnose=False
+        ).estimate.step_time_s
+    else:
+        roomy = (
+            _set_quantity(system_spec, first, UNBOUNDED[first])
+            if first in UNBOUNDED
+            else system_spec
+        )
+        least = min_hardware(
+            model_spec, roomy, job, second, gpus=gpus, target=target, **options
+        ).minimum
+        low = least.value if least is not None else high
+    low = max(low, SWEEP_FLOOR.get(second, 0.0))
+    high = max(high, low)
+    caps = sorted(
+        {
+            float(f"{low * (high / low) ** (i / (SWEEP_POINTS - 1)):.4g}")
+            for i in range(SWEEP_POINTS)
+        }
+    )
+    points: list[ParetoPoint] = []
+    for cap in caps:
+        capped_system, capped_target = system_spec, target
+        if second == "step-time":
+            bound = min(cap, target.max_step_s) if target.max_step_s else cap
+            capped_target = PerformanceTarget(max_step_s=bound, min_mfu=target.min_mfu)
+        else:
+            capped_system = _set_quantity(system_spec, second, cap)
+        result = min_hardware(
+            model_spec, capped_system, job, first, gpus=gpus, target=capped_target, **options
+        ).minimum
+        if result is None:
+            continue
+        points.append(
+            ParetoPoint(
+                first=result.value,
+                second=cap,
+                step_time_s=result.estimate.step_time_s,
+                mfu=result.estimate.mfu,
+                strategy=result.strategy,
+            )
+        )
+    front: list[ParetoPoint] = []
+    for point in sorted(points, key=lambda p: (p.second, p.first)):
+        if not front or point.first < front[-1].first:
+            front.append(point)
+    return front
+
+
+SWEEP_FLOOR = {
+    "hbm": 1.0,
+    "offload-capacity": 1.0,
+    "offload-bandwidth": 1.0,
+    "scale-out-bandwidth": 1.0,
+}
+
+
+def _requirement(minimum: Minimum, quantity: str, system: SystemSpec) -> float:
+    """How much of ``quantity`` the strategy of a minimum uses (bandwidths: the system's)."""
+    memory = minimum.estimate.memory_gib
+    if quantity == "hbm":
+        return memory["hbm"]["total"] / memory["hbm"]["usable"] * memory["hbm"]["capacity"]
+    if quantity == "offload-capacity":
+        return max(memory.get("offload_1", {}).get("total", 0.0), 1.0)
+    if quantity == "offload-bandwidth":
+        return system.memory_tiers[1].bandwidth_gbps
+    if quantity == "scale-out-bandwidth":
+        return system.network_tiers[-1].bandwidth_gbps
+    if quantity == "step-time":
+        return minimum.estimate.step_time_s * 2
+    return minimum.value
+
+
+def _set_quantity(system: SystemSpec, quantity: str, value: float) -> SystemSpec:
+    if quantity == "hbm":
+        return _with_capacity(system, 0, value)
+    if quantity == "offload-capacity":
+        return _with_capacity(system, 1, value)
+    if quantity == "offload-bandwidth":
+        return with_bandwidth(system, "offload_bw", value)
+    if quantity == "scale-out-bandwidth":
+        return with_bandwidth(system, "scale_out_bw", value)
+    raise InputError(f"--sweep {quantity}: cannot cap this quantity")

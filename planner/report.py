@@ -336,3 +336,48 @@ def print_diagnosis(console: Console, result) -> None:
             "was found to make it feasible."
         )
     console.print(f"[dim]diagnosis took {diagnosis.wall_time_s:.1f} s[/]")
+
+
+def print_min_hardware(console: Console, result, model: ModelSpec, system: SystemSpec, job) -> None:
+    console.print(
+        f"[bold]{model.name}[/] ({format_params(model.params)}) on [bold]{system.name}"
+        f"[/], global batch {job.global_batch}; goal: {result.goal}"
+    )
+    minimum = result.minimum
+    if minimum is None:
+        console.print(
+            f"[red]No hardware in the searched domain meets the goal[/] "
+            f"(status {result.status}, {result.wall_time_s:.1f} s)."
+        )
+        if result.diagnosis is not None:
+            print_diagnosis(console, result)
+        return
+    proof = "[green]proven minimal[/]" if minimum.proven else "[yellow]best found[/]"
+    console.print(
+        f"least {minimum.quantity}: [bold]{minimum.value:g} {minimum.unit}[/] "
+        f"({proof}, {result.wall_time_s:.1f} s)"
+    )
+    if minimum.below_value is not None:
+        line = f"one step below, {minimum.below_value:g} {minimum.unit}: {minimum.below_status}"
+        if minimum.below_diagnosis is not None:
+            labels = "; ".join(c.label for c in minimum.below_diagnosis.conflicts)
+            line += f" (conflict: {labels})"
+        console.print(line)
+    print_estimate(console, minimum.estimate, minimum.strategy, system)
+
+
+def print_pareto(console: Console, front, first: str, second: str) -> None:
+    table = Table(title=f"Pareto front: {first} vs {second}", title_justify="left")
+    for column in (first, second, "step s", "MFU", "strategy"):
+        table.add_column(
+            column, justify="left" if column == "strategy" else "right", overflow="fold"
+        )
+    for point in front:
+        table.add_row(
+            f"{point.first:g}",
+            f"{point.second:g}",
+            f"{point.step_time_s:.4g}",
+            f"{point.mfu:.1%}",
+            point.strategy.describe(),
+        )
+    console.print(table)

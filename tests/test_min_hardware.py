@@ -1,0 +1,191 @@
+"""Minimum-hardware answers against exhaustive search over the hardware domain."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from constraints.tables import with_bandwidth
+from constraints.target import PerformanceTarget
+from planner.cli import main
+from planner.min_hardware import bandwidth_grid, min_hardware, pareto
+from planner.plan import plan
+from planner.specs import JobSpec
+from tests.conftest import gpt_model, simple_system
+
+MODEL = gpt_model(hidden=1024, layers=8, heads=16, ffn_hidden=4096, seq_len=1024)
+JOB = JobSpec(global_batch=32, hbm_reserve_gib=0.1)
+
+
+def system(**overrides):
+    fields = dict(
+        gpus_per_node=2,
+        max_gpus=64,
+        gpu_hour_usd=2.0,
+        memory_tiers=[
+            dict(name="HBM", capacity_gib=4, bandwidth_gbps=2000),
+            dict(name="host", capacity_gib=64, bandwidth_gbps=20),
+        ],
+    )
+    fields.update(overrides)
+    return simple_system(**fields)
+
+
+def feasible(sys, gpus, target, job=JOB) -> bool:
+    return plan(MODEL, sys, job, gpus, target=target, diagnose=False).strategy is not None
+
+
+def test_fewest_gpus_is_minimal_over_all_node_multiples() -> None:
+    sys = system()
+    fastest_on_8 = plan(MODEL, sys, JOB, 8, diagnose=False).estimate.step_time_s
+    target = PerformanceTarget(max_step_s=fastest_on_8 * 0.6)
+    result = min_hardware(MODEL, sys, JOB, "gpus", target=target)
+    assert result.status == "optimal" and result.minimum is not None
+    least = int(result.minimum.value)
+    assert feasible(sys, least, target)
+    assert result.minimum.estimate.step_time_s <= target.max_step_s * (1 + 1e-9)
+    for count in range(2, least, 2):
+        assert not feasible(sys, count, target), count
+    assert result.minimum.below_status == "infeasible"
+
+
+@pytest.mark.parametrize(
+    ("quantity", "tier", "step", "hbm_gib"),
+    [("hbm", 0, 0.1, 1.0), ("offload-capacity", 1, 1.0, 0.6)],
+)
+def test_least_capacity_fits_and_one_step_less_does_not(quantity, tier, step, hbm_gib) -> None:
+    sys = system(
+        memory_tiers=[
+            dict(name="HBM", capacity_gib=hbm_gib, bandwidth_gbps=2000),
+            dict(name="host", capacity_gib=64, bandwidth_gbps=20),
+        ]
+    )
+    result = min_hardware(MODEL, sys, JOB, quantity, gpus=2)
+    assert result.status == "optimal" and result.minimum is not None
+    value = result.minimum.value
+
+    def with_capacity(gib):
+        tiers = [
+            t.model_copy(update={"capacity_gib": gib}) if i == tier else t
+            for i, t in enumerate(sys.memory_tiers)
+        ]
+        return sys.model_copy(update={"memory_tiers": tuple(tiers)})
+
+    assert feasible(with_capacity(value), 2, None)
+    assert not feasible(with_capacity(round(value - step, 4)), 2, None)
+    assert result.minimum.below_status == "infeasible"
+
+
+@pytest.mark.parametrize(
+    ("quantity", "knob"),
+    [("offload-bandwidth", "offload_bw"), ("scale-out-bandwidth", "scale_out_bw")],
+)
+def test_least_bandwidth_on_its_grid(quantity, knob) -> None:
+    sys = system(
+        memory_tiers=[
+            dict(name="HBM", capacity_gib=1.0, bandwidth_gbps=2000),
+            dict(name="host", capacity_gib=64, bandwidth_gbps=20),
+        ]
+    )
+    gpus = 16
+    infinite = plan(
+        MODEL, with_bandwidth(sys, knob, 1e5), JOB, gpus, diagnose=False
+    ).estimate.step_time_s
+    target = PerformanceTarget(max_step_s=infinite / 0.9)
+    result = min_hardware(
+        MODEL, sys, JOB, quantity, gpus=gpus, target=target, bandwidth_range_gbps=(0.5, 500)
+    )
+    assert result.status == "optimal" and result.minimum is not None
+    grid = bandwidth_grid(0.5, 500)
+    level = grid.index(result.minimum.value)
+    assert feasible(with_bandwidth(sys, knob, grid[level]), gpus, target)
+    for lower in grid[:level]:
+        assert not feasible(with_bandwidth(sys, knob, lower), gpus, target), lower
+
+
+def test_least_cost_matches_exhaustive_search() -> None:
+    sys = system()
+    job = JOB.model_copy(update={"train_tokens": 1e9})
+    result = min_hardware(MODEL, sys, job, "cost")
+    assert result.minimum is not None
+    costs = []
+    for count in range(2, 65, 2):
+        found = plan(MODEL, sys, job, count, diagnose=False)
+        if found.strategy is not None:
+            costs.append(found.estimate.training.gpu_hours * sys.gpu_hour_usd)
+    assert result.minimum.value == pytest.approx(min(costs), rel=1e-3)
+
+
+def test_unreachable_goal_gets_a_diagnosis() -> None:
+    result = min_hardware(MODEL, system(), JOB, "gpus", target=PerformanceTarget(min_mfu=0.99))
+    assert result.status == "infeasible" and result.minimum is None
+    assert result.diagnosis is not None and result.diagnosis.conflicts
+
+
+def test_pareto_front_is_non_dominated() -> None:
+    sys = system(
+        memory_tiers=[
+            dict(name="HBM", capacity_gib=1.0, bandwidth_gbps=2000),
+            dict(name="host", capacity_gib=64, bandwidth_gbps=20),
+        ]
+    )
+    front = pareto(MODEL, sys, JOB, "hbm", "offload-capacity", gpus=2)
+    assert front
+    for a, b in zip(front, front[1:], strict=False):
+        assert a.second < b.second and a.first > b.first
+
+
+def test_cli_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "min-hardware",
+            "--model",
+            "gpt3-1.3b",
+            "--system",
+            "dgx-h100",
+            "--global-batch",
+            "256",
+            "--minimize",
+            "gpus",
+            "--max-step-time",
+            "1",
+            "--json",
+        ]
+    )
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    minimum = payload["minimum"]
+    assert minimum["quantity"] == "gpus" and minimum["unit"] == "GPUs" and minimum["proven"]
+    assert (
+        minimum["strategy"]["tp"] * minimum["strategy"]["pp"] * minimum["strategy"]["dp"]
+        == minimum["value"]
+    )
+    assert minimum["estimate"]["step_time_s"] <= 1.0
+    assert minimum["below"]["status"] == "infeasible"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--minimize", "hbm"], "needs --gpus"),
+        (["--minimize", "offload-capacity", "--gpus", "8"], "no offload tier"),
+        (["--minimize", "cost"], "no gpu_hour_usd"),
+        (["--minimize", "gpus", "--max-days", "3"], "--max-days needs --train-tokens"),
+    ],
+)
+def test_cli_bad_requests(capsys: pytest.CaptureFixture[str], argv, needle) -> None:
+    code = main(
+        [
+            "min-hardware",
+            "--model",
+            "gpt3-1.3b",
+            "--system",
+            "dgx-h100",
+            "--global-batch",
+            "256",
+            *argv,
+        ]
+    )
+    assert code == 2
+    assert needle in capsys.readouterr().err
