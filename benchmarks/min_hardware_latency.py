@@ -1,0 +1,117 @@
+"""Wall time of minimum-hardware queries (``planner min-hardware``).
+
+    python benchmarks/min_hardware_latency.py [--repeats 3]
+
+The issue's example queries and a few more; per query the median and worst wall time over the
+repeats (model build, the minimisation, the plan at the minimum and the evidence one step below),
+the answer and whether it is proven.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from constraints.target import PerformanceTarget
+from planner.min_hardware import min_hardware
+from planner.specs import JobSpec
+
+OFFLOAD = "h100-offload-512g"
+QUERIES = [
+    (
+        "gpt3-175b gpus, step ≤ 10 s",
+        "gpt3-175b",
+        "dgx-h100",
+        1536,
+        "gpus",
+        None,
+        PerformanceTarget(max_step_s=10),
+    ),
+    (
+        "llama3-405b gpus, 15T tokens in 60 days",
+        "llama3-405b",
+        "dgx-h100",
+        2048,
+        "gpus",
+        None,
+        PerformanceTarget(max_step_s=60 * 86400 * 2048 * 8192 / 15e12),
+    ),
+    (
+        "mt-11t hbm, MFU ≥ 45 %",
+        "mt-11t",
+        OFFLOAD,
+        4096,
+        "hbm",
+        16384,
+        PerformanceTarget(min_mfu=0.45),
+    ),
+    (
+        "mt-4t offload capacity, MFU ≥ 45 %",
+        "mt-4t",
+        OFFLOAD,
+        4096,
+        "offload-capacity",
+        16384,
+        PerformanceTarget(min_mfu=0.45),
+    ),
+    (
+        "mt-11t offload bandwidth, MFU ≥ 45 %",
+        "mt-11t",
+        OFFLOAD,
+        4096,
+        "offload-bandwidth",
+        16384,
+        PerformanceTarget(min_mfu=0.45),
+    ),
+    (
+        "gpt3-175b scale-out, MFU ≥ 45 %",
+        "gpt3-175b",
+        "dgx-h100",
+        1536,
+        "scale-out-bandwidth",
+        1024,
+        PerformanceTarget(min_mfu=0.45),
+    ),
+    (
+        "megatron-1t gpus, fits",
+        "megatron-1t",
+        "dgx-a100-80g",
+        512,
+        "gpus",
+        None,
+        PerformanceTarget(),
+    ),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{'query':40s} {'median s':>9s} {'worst s':>8s}  answer")
+    medians = []
+    for label, model, system, batch, quantity, gpus, target in QUERIES:
+        times, result = [], None
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            result = min_hardware(
+                model, system, JobSpec(global_batch=batch), quantity, gpus=gpus, target=target
+            )
+            times.append(time.perf_counter() - started)
+        medians.append(statistics.median(times))
+        minimum = result.minimum
+        answer = (
+            f"{minimum.value:g} {minimum.unit} ({'proven' if minimum.proven else 'best'})"
+            if minimum
+            else result.status
+        )
+        print(f"{label:40s} {medians[-1]:9.2f} {max(times):8.2f}  {answer}", flush=True)
+    print(
+        f"\nmedian over queries {statistics.median(medians):.2f} s; worst median "
+        f"{max(medians):.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
