@@ -112,6 +112,18 @@ def _add_problem_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_target_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-step-time",
+        type=_positive_float,
+        metavar="S",
+        help="performance target: step time at most S seconds",
+    )
+    parser.add_argument(
+        "--min-mfu", type=_fraction, metavar="F", help="performance target: MFU at least F (0-1)"
+    )
+
+
 def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=_positive_int, default=1, help="tensor parallel size")
     parser.add_argument("--pp", type=_positive_int, default=1, help="pipeline parallel size")
@@ -172,15 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         help="solver time limit in seconds (default 60)",
     )
-    plan_cmd.add_argument(
-        "--max-step-time",
-        type=_positive_float,
-        metavar="S",
-        help="performance target: step time at most S seconds",
-    )
-    plan_cmd.add_argument(
-        "--min-mfu", type=_fraction, metavar="F", help="performance target: MFU at least F (0-1)"
-    )
+    _add_target_args(plan_cmd)
     plan_cmd.add_argument("--max-micro-batch", type=_positive_int, default=64)
     plan_cmd.add_argument("--max-interleave", type=_positive_int, default=16)
 
@@ -191,15 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     hardware_cmd.add_argument(
         "--minimize", required=True, choices=list(QUANTITIES), help="the quantity to minimise"
     )
-    hardware_cmd.add_argument(
-        "--max-step-time",
-        type=_positive_float,
-        metavar="S",
-        help="goal: step time at most S seconds",
-    )
-    hardware_cmd.add_argument(
-        "--min-mfu", type=_fraction, metavar="F", help="goal: MFU at least F (0-1)"
-    )
+    _add_target_args(hardware_cmd)
     hardware_cmd.add_argument(
         "--max-days",
         type=_positive_float,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -139,26 +139,25 @@ def _has_goal(target: PerformanceTarget) -> bool:
     return target.max_step_s is not None or target.min_mfu is not None
 
 
+@dataclass
 class _Query:
-    def __init__(
-        self,
-        model,
-        system,
-        job,
-        quantity,
-        gpus,
-        target,
-        pins,
-        limits,
-        time_limit_s,
-        max_gpus,
-        bandwidth_range,
-    ) -> None:
-        self.model, self.system, self.job = model, system, job
-        self.quantity, self.gpus, self.target = quantity, gpus, target
-        self.pins, self.limits, self.time_limit_s = pins, limits, time_limit_s
-        self.max_gpus, self.bandwidth_range = max_gpus, bandwidth_range
-        self.ctx = CostContext(model, system, job)
+    """One minimum-hardware question and the plans it makes to answer it."""
+
+    model: ModelSpec
+    system: SystemSpec
+    job: JobSpec
+    quantity: str
+    gpus: int | None
+    target: PerformanceTarget
+    pins: dict[str, int]
+    limits: dict[str, int]
+    time_limit_s: float
+    max_gpus: int | None
+    bandwidth_range: tuple[float, float] | None
+
+    def __post_init__(self) -> None:
+        model, system, quantity, gpus = self.model, self.system, self.quantity, self.gpus
+        self.ctx = CostContext(model, system, self.job)
         if quantity not in ("gpus", "cost") and gpus is None:
             raise InputError(f"--minimize {quantity} needs --gpus (the GPU count to size for)")
         if quantity in ("offload-capacity", "offload-bandwidth") and not system.offload_tiers:
