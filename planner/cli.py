@@ -15,6 +15,14 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 import hardware_catalog
 from constraints.target import PerformanceTarget
@@ -24,8 +32,11 @@ from planner.calibration import PARAMETERS, apply_params, current_params, fit
 from planner.errors import InputError, describe_validation_error
 from planner.min_hardware import QUANTITIES, min_hardware, pareto
 from planner.plan import plan
+from planner.plot import KINDS as PLOT_KINDS
+from planner.plot import plot
 from planner.search_space import parse_pin
 from planner.specs import JobSpec, Strategy
+from planner.sweep import load_study, run_study
 from planner.validation import load_dataset, validate
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
@@ -221,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hardware_cmd.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE")
     hardware_cmd.add_argument("--time-limit", type=_positive_float, default=60.0)
+
+    sweep_cmd = commands.add_parser("sweep", help="run a study file: many plans at once")
+    sweep_cmd.add_argument("study", help="YAML/JSON study file")
+    sweep_cmd.add_argument("--out", required=True, help="results folder (resumed if present)")
+    sweep_cmd.add_argument("--jobs", type=_positive_int, default=1, help="worker processes")
+
+    plot_cmd = commands.add_parser("plot", help="draw a sweep's results (needs .[plot])")
+    plot_cmd.add_argument("results", help="a sweep's --out folder")
+    plot_cmd.add_argument("--kind", required=True, choices=list(PLOT_KINDS))
+    plot_cmd.add_argument("--out", help="image file (.png or .svg); default: results/KIND.png")
 
     validate_cmd = commands.add_parser(
         "validate", help="predicted vs measured step time of real training runs"
@@ -475,6 +496,39 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if result.minimum is not None else EXIT_INFEASIBLE
 
 
+def run_sweep(args: argparse.Namespace, console: Console) -> int:
+    study = load_study(args.study)
+    out = Path(args.out)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task(study.name, total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        rows = run_study(study, out, jobs=args.jobs, progress=progress)
+    statuses = {}
+    for row in rows:
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    console.print(
+        f"{len(rows)} scenarios in {out}/rows.jsonl and rows.csv: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+    )
+    return EXIT_OK
+
+
+def run_plot(args: argparse.Namespace, console: Console) -> int:
+    path = plot(Path(args.results), args.kind, Path(args.out) if args.out else None)
+    console.print(f"wrote {path}")
+    return EXIT_OK
+
+
 def run_validate(args: argparse.Namespace, console: Console) -> int:
     result = validate(load_dataset(args.dataset))
     if args.json:
@@ -522,6 +576,8 @@ COMMANDS = {
     "evaluate": run_evaluate,
     "plan": run_plan,
     "min-hardware": run_min_hardware,
+    "sweep": run_sweep,
+    "plot": run_plot,
     "validate": run_validate,
     "calibrate": run_calibrate,
 }
