@@ -358,12 +358,12 @@ scale-out (last) network tier's, per GPU per direction."""
 
 def with_bandwidth(system: SystemSpec, knob: str, gbps: float) -> SystemSpec:
     """The system with the bandwidth a hardware knob stands for set to ``gbps``."""
+    if knob not in HARDWARE_KNOBS:
+        raise ValueError(f"unknown hardware knob {knob!r}; allowed: {HARDWARE_KNOBS}")
     if knob == "offload_bw":
         tiers = list(system.memory_tiers)
         tiers[1] = tiers[1].model_copy(update={"bandwidth_gbps": gbps})
         return system.model_copy(update={"memory_tiers": tuple(tiers)})
-    if knob == "scale_out_bw":
-        tiers = list(system.network_tiers)
-        tiers[-1] = tiers[-1].model_copy(update={"bandwidth_gbps": gbps})
-        return system.model_copy(update={"network_tiers": tuple(tiers)})
-    raise ValueError(f"unknown hardware knob {knob!r}")
+    tiers = list(system.network_tiers)
+    tiers[-1] = tiers[-1].model_copy(update={"bandwidth_gbps": gbps})
+    return system.model_copy(update={"network_tiers": tuple(tiers)})

@@ -24,7 +24,3 @@ def describe_validation_error(error: ValidationError, where: str) -> str:
     if "input" in first and not isinstance(first["input"], dict | list):
         return f"{location} = {first['input']!r}: {message}"
     return f"{location}: {message}"
-
-
-def validation_error_count(error: ValidationError) -> int:
-    return len(error.errors())

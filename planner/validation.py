@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 import hardware_catalog
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
-from planner.errors import InputError, describe_validation_error
+from planner.errors import InputError
 from planner.rules import strategy_violations
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -143,10 +142,3 @@ def _summary(group: str, results: list[RunResult]) -> GroupSummary:
         mean_abs_error=statistics.fmean(errors),
         worst_abs_error=max(errors),
     )
-
-
-def dataset_from_data(data: dict[str, Any], where: str) -> Dataset:
-    try:
-        return Dataset.model_validate(data)
-    except ValidationError as error:
-        raise InputError(describe_validation_error(error, where)) from None
