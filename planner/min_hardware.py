@@ -80,6 +80,8 @@ class MinHardwareResult(BaseModel):
     diagnosis: Diagnosis | None
     wall_time_s: float
     goal: str
+    domain: str
+    """The hardware values searched, in words."""
 
 
 def bandwidth_grid(low_gbps: float, high_gbps: float) -> tuple[float, ...]:
@@ -112,6 +114,14 @@ def min_hardware(
     target = target or PerformanceTarget()
     pins = dict(pins or {})
     limits = {"max_micro_batch": max_micro_batch, "max_interleave": max_interleave}
+    if (
+        bandwidth_range_gbps is not None
+        and not 0 < bandwidth_range_gbps[0] < bandwidth_range_gbps[1]
+    ):
+        raise InputError(
+            f"--bandwidth-range {bandwidth_range_gbps[0]:g} "
+            f"{bandwidth_range_gbps[1]:g}: needs 0 < LOW < HIGH"
+        )
     query = _Query(
         model_spec,
         system_spec,
@@ -127,6 +137,7 @@ def min_hardware(
     )
     found = query.run()
     return MinHardwareResult(
+        domain=query.domain(),
         status=found[0],
         minimum=found[1],
         diagnosis=found[2],
@@ -167,6 +178,25 @@ class _Query:
             )
         if quantity == "cost" and system.gpu_hour_usd is None:
             raise InputError(f"--minimize cost: system {system.name!r} has no gpu_hour_usd")
+
+    def gpu_bound(self) -> int:
+        system = self.system
+        return (
+            self.max_gpus
+            or system.max_gpus
+            or (system.scale_up_gpus * self.model.layers * self.job.global_batch)
+        )
+
+    def domain(self) -> str:
+        if self.quantity in ("gpus", "cost"):
+            return (
+                f"GPU counts that are multiples of {self.system.gpus_per_node}, up to "
+                f"{self.gpu_bound():,}"
+            )
+        if self.quantity in ("hbm", "offload-capacity"):
+            step = HBM_STEP_GIB if self.quantity == "hbm" else OFFLOAD_STEP_GIB
+            return f"capacities in steps of {step:g} GiB, up to 64 TiB per GPU"
+        return "a geometric bandwidth grid, 8 steps per doubling"
 
     def plan_at(
         self, system: SystemSpec | None = None, gpus: int | None = None, diagnose: bool = False
@@ -230,11 +260,7 @@ class _Query:
     # -- GPU count and cost ------------------------------------------------------------------
     def free_gpus(self) -> tuple:
         system = self.system
-        bound = (
-            self.max_gpus
-            or system.max_gpus
-            or (system.scale_up_gpus * self.model.layers * self.job.global_batch)
-        )
+        bound = self.gpu_bound()
         space = build_search_space(
             self.model,
             system,

@@ -347,7 +347,7 @@ def print_min_hardware(console: Console, result, model: ModelSpec, system: Syste
     if minimum is None:
         console.print(
             f"[red]No hardware in the searched domain meets the goal[/] "
-            f"(status {result.status}, {result.wall_time_s:.1f} s)."
+            f"(status {result.status}, {result.wall_time_s:.1f} s); searched: {result.domain}."
         )
         if result.diagnosis is not None:
             print_diagnosis(console, result)
