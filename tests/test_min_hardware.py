@@ -172,6 +172,10 @@ def test_cli_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
         (["--minimize", "offload-capacity", "--gpus", "8"], "no offload tier"),
         (["--minimize", "cost"], "no gpu_hour_usd"),
         (["--minimize", "gpus", "--max-days", "3"], "--max-days needs --train-tokens"),
+        (
+            ["--minimize", "scale-out-bandwidth", "--gpus", "8", "--bandwidth-range", "100", "10"],
+            "needs 0 < LOW < HIGH",
+        ),
     ],
 )
 def test_cli_bad_requests(capsys: pytest.CaptureFixture[str], argv, needle) -> None:
