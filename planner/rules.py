@@ -96,6 +96,12 @@ def strategy_warnings(system: SystemSpec, strategy: Strategy) -> list[str]:
         warnings.append("sequence_parallel has no effect with tp = 1")
     if strategy.zero_stage and strategy.dp == 1:
         warnings.append(f"ZeRO-{strategy.zero_stage} has no effect with dp = 1")
+    if strategy.tp_overlap and strategy.tp > 1:
+        warnings.append(
+            "tp_overlap is modelled as hiding TP communication completely under the GEMMs "
+            "(no run in the calibration set used it): the estimate is optimistic by up to the "
+            "TP share; `--pin tp_overlap=false` plans without it"
+        )
     return warnings
 
 
