@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+
+from timing import timed
 
 import hardware_catalog
 from constraints.target import PerformanceTarget
@@ -46,17 +47,20 @@ def main() -> None:
     print(f"{'case':28s} {'median s':>9s} {'worst s':>8s}  conflict")
     medians = []
     for label, model, system, gpus, batch, pins, target in CASES:
-        times, result = [], None
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            result = plan(
-                model, system, JobSpec(global_batch=batch), gpus, pins=pins, target=target
-            )
-            times.append(time.perf_counter() - started)
+        result, median, worst = timed(
+            args.repeats,
+            plan,
+            model,
+            system,
+            JobSpec(global_batch=batch),
+            gpus,
+            pins=pins,
+            target=target,
+        )
         assert result is not None and result.diagnosis is not None, label
-        medians.append(statistics.median(times))
+        medians.append(median)
         families = ", ".join(c.family for c in result.diagnosis.conflicts)
-        print(f"{label:28s} {medians[-1]:9.2f} {max(times):8.2f}  {families}", flush=True)
+        print(f"{label:28s} {medians[-1]:9.2f} {worst:8.2f}  {families}", flush=True)
     print(
         f"\nmedian over cases {statistics.median(medians):.2f} s; worst median {max(medians):.2f} s"
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+
+from timing import timed
 
 from constraints.target import PerformanceTarget
 from planner.min_hardware import min_hardware
@@ -92,21 +93,24 @@ def main() -> None:
     print(f"{'query':40s} {'median s':>9s} {'worst s':>8s}  answer")
     medians = []
     for label, model, system, batch, quantity, gpus, target in QUERIES:
-        times, result = [], None
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            result = min_hardware(
-                model, system, JobSpec(global_batch=batch), quantity, gpus=gpus, target=target
-            )
-            times.append(time.perf_counter() - started)
-        medians.append(statistics.median(times))
+        result, median, worst = timed(
+            args.repeats,
+            min_hardware,
+            model,
+            system,
+            JobSpec(global_batch=batch),
+            quantity,
+            gpus=gpus,
+            target=target,
+        )
+        medians.append(median)
         minimum = result.minimum
         answer = (
             f"{minimum.value:g} {minimum.unit} ({'proven' if minimum.proven else 'best'})"
             if minimum
             else result.status
         )
-        print(f"{label:40s} {medians[-1]:9.2f} {max(times):8.2f}  {answer}", flush=True)
+        print(f"{label:40s} {medians[-1]:9.2f} {worst:8.2f}  {answer}", flush=True)
     print(
         f"\nmedian over queries {statistics.median(medians):.2f} s; worst median "
         f"{max(medians):.2f} s"

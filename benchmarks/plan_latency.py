@@ -21,6 +21,8 @@ import argparse
 import statistics
 import time
 
+from timing import timed
+
 import hardware_catalog
 from planner.cost.context import CostContext
 from planner.oracle import enumerate_strategies
@@ -64,13 +66,8 @@ def main() -> None:
     medians, worsts, statuses, ratios = [], [], [], []
     for model, system, gpus in scenarios(args.quick):
         job = JobSpec(global_batch=max(512, gpus // 4))
-        times, result = [], None
-        for _ in range(repeats):
-            started = time.perf_counter()
-            result = plan(model, system, job, gpus, diagnose=False)
-            times.append(time.perf_counter() - started)
+        result, median, worst = timed(repeats, plan, model, system, job, gpus, diagnose=False)
         assert result is not None
-        median, worst = statistics.median(times), max(times)
         medians.append(median)
         worsts.append(worst)
         statuses.append(result.status)

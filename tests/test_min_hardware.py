@@ -18,13 +18,14 @@ MODEL = gpt_model(hidden=1024, layers=8, heads=16, ffn_hidden=4096, seq_len=1024
 JOB = JobSpec(global_batch=32, hbm_reserve_gib=0.1)
 
 
-def system(**overrides):
+def system(hbm_gib: float = 4.0, **overrides):
+    """A small H100-like system with a 64 GiB offload tier at 20 GB/s and `hbm_gib` of HBM."""
     fields = dict(
         gpus_per_node=2,
         max_gpus=64,
         gpu_hour_usd=2.0,
         memory_tiers=[
-            dict(name="HBM", capacity_gib=4, bandwidth_gbps=2000),
+            dict(name="HBM", capacity_gib=hbm_gib, bandwidth_gbps=2000),
             dict(name="host", capacity_gib=64, bandwidth_gbps=20),
         ],
     )
@@ -55,12 +56,7 @@ def test_fewest_gpus_is_minimal_over_all_node_multiples() -> None:
     [("hbm", 0, 0.1, 1.0), ("offload-capacity", 1, 1.0, 0.6)],
 )
 def test_least_capacity_fits_and_one_step_less_does_not(quantity, tier, step, hbm_gib) -> None:
-    sys = system(
-        memory_tiers=[
-            dict(name="HBM", capacity_gib=hbm_gib, bandwidth_gbps=2000),
-            dict(name="host", capacity_gib=64, bandwidth_gbps=20),
-        ]
-    )
+    sys = system(hbm_gib)
     result = min_hardware(MODEL, sys, JOB, quantity, gpus=2)
     assert result.status == "optimal" and result.minimum is not None
     value = result.minimum.value
@@ -82,12 +78,7 @@ def test_least_capacity_fits_and_one_step_less_does_not(quantity, tier, step, hb
     [("offload-bandwidth", "offload_bw"), ("scale-out-bandwidth", "scale_out_bw")],
 )
 def test_least_bandwidth_on_its_grid(quantity, knob) -> None:
-    sys = system(
-        memory_tiers=[
-            dict(name="HBM", capacity_gib=1.0, bandwidth_gbps=2000),
-            dict(name="host", capacity_gib=64, bandwidth_gbps=20),
-        ]
-    )
+    sys = system(1.0)
     gpus = 16
     infinite = plan(
         MODEL, with_bandwidth(sys, knob, 1e5), JOB, gpus, diagnose=False
@@ -124,28 +115,28 @@ def test_unreachable_goal_gets_a_diagnosis() -> None:
 
 
 def test_pareto_front_is_non_dominated() -> None:
-    sys = system(
-        memory_tiers=[
-            dict(name="HBM", capacity_gib=1.0, bandwidth_gbps=2000),
-            dict(name="host", capacity_gib=64, bandwidth_gbps=20),
-        ]
-    )
+    sys = system(1.0)
     front = pareto(MODEL, sys, JOB, "hbm", "offload-capacity", gpus=2)
     assert front
     for a, b in zip(front, front[1:], strict=False):
         assert a.second < b.second and a.first > b.first
 
 
+MIN_HARDWARE = [
+    "min-hardware",
+    "--model",
+    "gpt3-1.3b",
+    "--system",
+    "dgx-h100",
+    "--global-batch",
+    "256",
+]
+
+
 def test_cli_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [
-            "min-hardware",
-            "--model",
-            "gpt3-1.3b",
-            "--system",
-            "dgx-h100",
-            "--global-batch",
-            "256",
+            *MIN_HARDWARE,
             "--minimize",
             "gpus",
             "--max-step-time",
@@ -181,13 +172,7 @@ def test_cli_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_bad_requests(capsys: pytest.CaptureFixture[str], argv, needle) -> None:
     code = main(
         [
-            "min-hardware",
-            "--model",
-            "gpt3-1.3b",
-            "--system",
-            "dgx-h100",
-            "--global-batch",
-            "256",
+            *MIN_HARDWARE,
             *argv,
         ]
     )

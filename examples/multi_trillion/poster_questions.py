@@ -30,19 +30,17 @@ from planner.specs import JobSpec
 HERE = Path(__file__).resolve().parent
 GPUS, BATCH = 16384, 4096
 MODELS = [
-    "mt-1t",
-    "mt-2t",
-    "mt-4t",
-    "mt-7t",
-    "mt-11t",
-    "mt-18t",
-    "mt-26t",
-    "mt-37t",
-    "mt-53t",
-    "mt-72t",
-    "mt-96t",
-    "mt-128t",
+    m.name
+    for m in sorted(
+        (
+            hardware_catalog.load_model(n)
+            for n in hardware_catalog.model_names()
+            if n.startswith("mt-")
+        ),
+        key=lambda m: m.params,
+    )
 ]
+"""The twelve Table II models, smallest first."""
 
 
 def systems(which: str):
