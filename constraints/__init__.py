@@ -49,8 +49,12 @@ class PlanModel:
             f.literal for n, f in self.variables.families.items() if names is None or n in names
         ]
 
+    def objective(self) -> cp_model.LinearExpr:
+        """The step objective: step·weight + simplicity."""
+        return self.tie_break_weight * self.steps.step + self._simplicity()
+
     def minimize_step(self) -> None:
-        self.model.Minimize(self.tie_break_weight * self.steps.step + self._simplicity())
+        self.model.Minimize(self.objective())
 
     def _simplicity(self) -> cp_model.LinearExpr:
         variables = self.variables

@@ -1,5 +1,6 @@
 """Memory-fit families: HBM per GPU, and the capacity of each offload tier, for the first and
-the last pipeline stage (planner/cost/memory.py's stage_memory, re-expressed in KiB).
+the last pipeline stage (planner/cost/memory.py's stage_memory, re-expressed in the
+problem's memory unit, 1 KiB unless its scale needs coarser: constraints.tables).
 
 First stage, with m = min(n, p) micro-batches in flight and the interleave factor
 f = 1 + (p−1)/(p·v) for v > 1: state + (L/p)·f·m·A_stored + min(3, L/p)·A_working + rebuilt
@@ -14,22 +15,24 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from constraints.tables import KIB, TableBuilder
+from constraints.tables import TableBuilder
 from constraints.variables import Variables
 
-NEED_CAP_KIB = 64 << 30
+NEED_CAP_BYTES = float(1 << 46)
 """A strategy needing more than 64 TiB per GPU in one tier is out of the model (it keeps the
-scaled memory inequalities inside 64-bit integers)."""
+scaled memory inequalities inside 64-bit integers; planner.limits.MAX_CAPACITY_GIB is the same
+64 TiB)."""
 
 
 @dataclass(frozen=True)
 class MemoryNeeds:
-    """KiB per GPU a strategy needs: usable HBM (the reserve included) and each offload tier.
-    The fit families bound them by the system's capacities; a minimum-hardware query minimises
-    one of them instead."""
+    """Memory per GPU a strategy needs, in ``unit_bytes`` units: usable HBM (the reserve
+    included) and each offload tier. The fit families bound them by the system's capacities;
+    a minimum-hardware query minimises one of them instead."""
 
     hbm: cp_model.IntVar | int
     offload: tuple[cp_model.IntVar | int, ...]
+    unit_bytes: float
 
 
 def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
@@ -38,7 +41,8 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
     state_last, off_last = tables.state(last=True)
     stored, working, act_tiers, rebuilt = tables.activations()
     logits = tables.logits()
-    reserve = math.ceil(ctx.job.hbm_reserve_gib * (1 << 30) / KIB)
+    unit = tables.memory_unit_bytes
+    reserve = math.ceil(ctx.job.hbm_reserve_gib * (1 << 30) / unit)
 
     micro_batches = variables.micro_batch_count()
     pp_value = variables.new_int("pp_value", max(variables.domains["pp"]), 1)
@@ -54,9 +58,12 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
     def need(name: str, family: str, capacity: int) -> cp_model.IntVar | int:
         """The need variable; just the capacity when the fit family is always on (constants
         propagate better: measured 20 % faster solves on benchmarks/plan_latency.py)."""
-        return capacity if variables.always_on(family) else variables.new_int(name, NEED_CAP_KIB)
+        if variables.always_on(family):
+            return capacity
+        return variables.new_int(name, math.floor(NEED_CAP_BYTES / unit))
 
-    usable = math.floor(ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * (1 << 30) / KIB)
+    usable_bytes = ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * (1 << 30)
+    usable = math.floor(usable_bytes / unit)
 
     pp_values, v_values = variables.domains["pp"], variables.domains["interleave"]
     stored_in_flight = product("stored_in_flight", stored)
@@ -82,7 +89,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
     for tier, spec in enumerate(ctx.system.offload_tiers, start=1):
         act = act_tiers[tier - 1]
         act_in_flight = product(f"tier{tier}_in_flight", act)
-        capacity = math.floor(spec.capacity_gib * (1 << 30) / KIB)
+        capacity = math.floor(spec.capacity_gib * (1 << 30) / unit)
         tier_need = need(f"offload{tier}_need", f"offload{tier}", capacity)
         for (a, c), pair in variables.pairs.items():
             p, v = pp_values[a], v_values[c]
@@ -98,4 +105,4 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
         if not isinstance(tier_need, int):
             m.Add(tier_need <= capacity).OnlyEnforceIf(family)
         offload_needs.append(tier_need)
-    return MemoryNeeds(hbm=hbm_need, offload=tuple(offload_needs))
+    return MemoryNeeds(hbm=hbm_need, offload=tuple(offload_needs), unit_bytes=unit)

@@ -1,8 +1,9 @@
 """Cost-term tables: the cost model evaluated over the grid of the few knobs each term depends
 on, in the same functions ``planner.cost`` uses to evaluate one strategy.
 
-Times are integers in units of ``unit_s`` (rounded to nearest); memory in KiB (rounded up, so
-the solver never accepts a plan the evaluation says overflows). Values are clipped at a ceiling
+Times are integers in units of ``unit_s`` (rounded to nearest); memory in units of
+``memory_unit_bytes`` (1 KiB unless the problem's scale needs coarser; rounded up, so the solver
+never accepts a plan the evaluation says overflows). Values are clipped at a ceiling
 that keeps every product in the model inside 64 bits; a clipped entry is one no optimal or
 feasible plan can use (DESIGN.md §5: resolution chosen per problem).
 
@@ -15,6 +16,7 @@ dp = N/(tp·pp), or over (tp, pp, dp).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +45,22 @@ UNITS_PER_IDEAL_STEP = 1e6
 planner promises."""
 TIME_CEILING_IDEAL_STEPS = 1e5
 """Time table entries are clipped at 10^5 ideal steps (an MFU below 10^-5: never a plan)."""
+
+
+MEMORY_PRODUCT_LIMIT = 1 << 61
+"""Largest magnitude a scaled memory inequality may reach (a quarter of CP-SAT's int64 range)."""
+
+
+def memory_unit_bytes(ceiling_bytes: float, layers: int, max_pp: int) -> float:
+    """The memory resolution of a problem: 1 KiB, doubled until the largest scaled memory
+    inequality fits in ``MEMORY_PRODUCT_LIMIT``. constraints/memory.py multiplies a table entry
+    (at most the ceiling) by the micro-batches in flight (≤ pp) and by L·(p·v + p − 1) ≤ 2·L²,
+    so the product is at most 2·L²·pp·ceiling/unit. Entries round up, so a coarser unit only
+    ever rejects a plan within one unit per table entry of a capacity (1 KiB on every catalog
+    problem; 16 KiB for a 480-layer model with a free 128 TiB tier)."""
+    worst = 2.0 * layers**2 * max_pp * ceiling_bytes / KIB
+    doublings = max(0, math.ceil(math.log2(worst / MEMORY_PRODUCT_LIMIT))) if worst > 0 else 0
+    return KIB * 2.0**doublings
 
 
 @dataclass(frozen=True)
@@ -93,7 +111,11 @@ class TableBuilder:
         self.unit_s = ideal_step_s / UNITS_PER_IDEAL_STEP
         self.time_ceiling = int(UNITS_PER_IDEAL_STEP * TIME_CEILING_IDEAL_STEPS)
         floor = 0.0 if memory_fixed else MEMORY_CEILING_BYTES
-        self.memory_ceiling = int(np.ceil(max(memory_cap_bytes, floor) / KIB)) + 1
+        ceiling_bytes = max(memory_cap_bytes, floor)
+        self.memory_unit_bytes = memory_unit_bytes(
+            ceiling_bytes, ctx.model.layers, max(variables.domains["pp"])
+        )
+        self.memory_ceiling = int(np.ceil(ceiling_bytes / self.memory_unit_bytes)) + 1
 
     # -- conversion -------------------------------------------------------------------------
     def time(self, name: str, grid: Grid, seconds: np.ndarray) -> cp_model.IntVar:
@@ -103,8 +125,8 @@ class TableBuilder:
 
     def memory(self, name: str, grid: Grid, nbytes: np.ndarray) -> cp_model.IntVar:
         shape = grid[grid.knobs[0]].shape
-        kib = np.ceil(np.clip(np.broadcast_to(nbytes, shape), 0, None) / KIB)
-        return self.variables.table(name, grid.knobs, np.minimum(kib, self.memory_ceiling))
+        units = np.ceil(np.clip(np.broadcast_to(nbytes, shape), 0, None) / self.memory_unit_bytes)
+        return self.variables.table(name, grid.knobs, np.minimum(units, self.memory_ceiling))
 
     @property
     def free_gpus(self) -> bool:

@@ -39,7 +39,10 @@ def add_target(
     literal = variables.family("target", target.describe())
     m = variables.model
     if target.max_step_s is not None:
-        m.Add(steps.step <= math.floor(target.max_step_s / unit_s)).OnlyEnforceIf(literal)
+        # A bound above the step variable's own upper bound is vacuous: clamp it there, so
+        # that no bound, however large, leaves CP-SAT's 64-bit range.
+        bound = min(math.floor(target.max_step_s / unit_s), variables.ub(steps.step))
+        m.Add(steps.step <= bound).OnlyEnforceIf(literal)
         if variables.space.gpus is None:
             # Implied (MFU ≤ 1): GPUs ≥ model FLOPs / (peak · step bound). Stated for the
             # solver, whose tables hide it, in the log form of the GPU count.
@@ -51,11 +54,12 @@ def add_target(
         budget = math.floor(model_flops / (peak_flops * target.min_mfu) / unit_s)
         gpus = variables.space.gpus
         if gpus is not None:
-            m.Add(steps.step <= budget // gpus).OnlyEnforceIf(literal)
+            bound = min(budget // gpus, variables.ub(steps.step))
+            m.Add(steps.step <= bound).OnlyEnforceIf(literal)
         else:
             count = variables.gpu_count()
             product = variables.new_int(
                 "step_times_gpus", variables.ub(steps.step) * variables.ub(count)
             )
             m.AddMultiplicationEquality(product, [steps.step, count])
-            m.Add(product <= budget).OnlyEnforceIf(literal)
+            m.Add(product <= min(budget, variables.ub(product))).OnlyEnforceIf(literal)

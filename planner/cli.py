@@ -1,15 +1,17 @@
 """The ``planner`` command line.
 
 Exit codes: 0 success; 2 bad input (one line naming the field, the value and what is allowed);
-3 infeasible (the strategy or problem does not fit, with the reason).
+3 infeasible (the strategy or problem does not fit, with the reason); 1 an internal error (a bug:
+one line; PLANNER_DEBUG=1 shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -26,6 +28,7 @@ from rich.progress import (
 
 import hardware_catalog
 from constraints.target import PerformanceTarget
+from planner import limits as lim
 from planner import report
 from planner.api import as_model, as_system, evaluate
 from planner.calibration import PARAMETERS, apply_params, current_params, fit
@@ -39,7 +42,7 @@ from planner.specs import JobSpec, Strategy
 from planner.sweep import load_study, run_study
 from planner.validation import load_dataset, validate
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 2, 3
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,52 +52,55 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{message} (see `{self.prog} --help`)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be > 0")
-    return value
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high] (planner.limits states the ranges)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside the allowed range {low}..{high}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be ≥ 0")
-    return value
+def _number(low: float, high: float, low_open: bool = True) -> Callable[[str], float]:
+    """An argparse type: a finite number in (low, high] ([low, high] without ``low_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        try:
+            lim.check_range("value", value, low, high, low_open)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error).removeprefix("value = ")) from None
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be > 0")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _positive_float(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a fraction in (0, 1]")
-    return value
+_gpu_count = _whole(1, lim.MAX_GPUS)
+_fraction = _number(0, 1)
+_seconds = _number(0, lim.MAX_TIME_LIMIT_S)
 
 
 def _add_problem_args(parser: argparse.ArgumentParser) -> None:
     """--model, --system and the job's flags, shared by every command that takes a problem."""
     parser.add_argument("--model", required=True, help="catalog name or path to a spec file")
     parser.add_argument("--system", required=True, help="catalog name or path to a spec file")
-    parser.add_argument("--gpus", type=_positive_int, help="GPU count (default: tp·pp·dp)")
+    parser.add_argument("--gpus", type=_gpu_count, help="GPU count (default: tp·pp·dp)")
     parser.add_argument(
-        "--global-batch", type=_positive_int, required=True, help="sequences per optimizer step"
+        "--global-batch",
+        type=_whole(1, lim.MAX_GLOBAL_BATCH),
+        required=True,
+        help="sequences per optimizer step",
     )
-    parser.add_argument("--seq-len", type=_positive_int, help="default: the model's")
+    parser.add_argument("--seq-len", type=_whole(1, lim.MAX_SEQ_LEN), help="default: the model's")
     parser.add_argument("--precision", choices=["bf16", "fp8"], default="bf16")
     parser.add_argument(
         "--grad-dtype",
@@ -110,18 +116,18 @@ def _add_problem_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--train-tokens",
-        type=_positive_float,
+        type=_number(0, lim.MAX_TRAIN_TOKENS),
         help="token budget: report time and GPU-hours to train it",
     )
     parser.add_argument(
         "--hbm-reserve-gib",
-        type=float,
+        type=_number(0, lim.MAX_CAPACITY_GIB, low_open=False),
         default=2.0,
         help="HBM kept for CUDA context, NCCL and allocator (default 2)",
     )
     parser.add_argument(
         "--hbm-usable-fraction",
-        type=_positive_float,
+        type=_fraction,
         default=0.95,
         help="share of HBM a plan may use (default 0.95)",
     )
@@ -131,7 +137,7 @@ def _add_problem_args(parser: argparse.ArgumentParser) -> None:
 def _add_target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-step-time",
-        type=_positive_float,
+        type=_number(0, lim.MAX_STEP_TIME_S),
         metavar="S",
         help="performance target: step time at most S seconds",
     )
@@ -141,14 +147,17 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tp", type=_positive_int, default=1, help="tensor parallel size")
-    parser.add_argument("--pp", type=_positive_int, default=1, help="pipeline parallel size")
+    parser.add_argument("--tp", type=_gpu_count, default=1, help="tensor parallel size")
     parser.add_argument(
-        "--dp", type=_positive_int, help="data parallel size (default: from --gpus)"
+        "--pp", type=_whole(1, lim.MAX_LAYERS), default=1, help="pipeline parallel size"
     )
-    parser.add_argument("--micro-batch", type=_positive_int, default=1)
+    parser.add_argument("--dp", type=_gpu_count, help="data parallel size (default: from --gpus)")
+    parser.add_argument("--micro-batch", type=_whole(1, lim.MAX_GLOBAL_BATCH), default=1)
     parser.add_argument(
-        "--interleave", type=_positive_int, default=1, help="virtual pipeline stages per rank"
+        "--interleave",
+        type=_whole(1, lim.MAX_LAYERS),
+        default=1,
+        help="virtual pipeline stages per rank",
     )
     parser.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
     parser.add_argument("--sequence-parallel", action="store_true")
@@ -156,7 +165,7 @@ def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
     for what in ("weights", "activations", "optimizer"):
         parser.add_argument(
             f"--offload-{what}",
-            type=_non_negative_int,
+            type=_whole(0, lim.MAX_MEMORY_TIERS - 1),
             default=0,
             metavar="TIER",
             help=f"memory tier to hold the {what} (0: HBM)",
@@ -192,17 +201,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="fix a knob, e.g. --pin tp=8 --pin recompute=full (repeatable)",
     )
     plan_cmd.add_argument(
-        "--top", type=_positive_int, default=1, help="also list the K best distinct strategies"
+        "--top",
+        type=_whole(1, lim.MAX_TOP),
+        default=1,
+        help=f"also list the K best distinct strategies (K ≤ {lim.MAX_TOP})",
     )
     plan_cmd.add_argument(
         "--time-limit",
-        type=_positive_float,
+        type=_seconds,
         default=60.0,
         help="solver time limit in seconds (default 60)",
     )
     _add_target_args(plan_cmd)
-    plan_cmd.add_argument("--max-micro-batch", type=_positive_int, default=64)
-    plan_cmd.add_argument("--max-interleave", type=_positive_int, default=16)
+    plan_cmd.add_argument("--max-micro-batch", type=_whole(1, lim.MAX_GLOBAL_BATCH), default=64)
+    plan_cmd.add_argument("--max-interleave", type=_whole(1, lim.MAX_LAYERS), default=16)
 
     hardware_cmd = commands.add_parser(
         "min-hardware", help="the least hardware that meets a goal, proven minimal"
@@ -214,18 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(hardware_cmd)
     hardware_cmd.add_argument(
         "--max-days",
-        type=_positive_float,
+        type=_number(0, lim.MAX_DAYS),
         metavar="D",
         help="goal: train --train-tokens within D days",
     )
     hardware_cmd.add_argument(
         "--max-gpus",
-        type=_positive_int,
+        type=_gpu_count,
         help="upper bound of the GPU count (default: the system's)",
     )
     hardware_cmd.add_argument(
         "--bandwidth-range",
-        type=_positive_float,
+        type=_number(0, lim.MAX_BANDWIDTH_GBPS),
         nargs=2,
         metavar=("LOW", "HIGH"),
         help="GB/s range of a bandwidth grid (default: current/64 .. ×16)",
@@ -236,12 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also trace the Pareto front against this quantity",
     )
     hardware_cmd.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE")
-    hardware_cmd.add_argument("--time-limit", type=_positive_float, default=60.0)
+    hardware_cmd.add_argument("--time-limit", type=_seconds, default=60.0)
 
     sweep_cmd = commands.add_parser("sweep", help="run a study file: many plans at once")
     sweep_cmd.add_argument("study", help="YAML/JSON study file")
     sweep_cmd.add_argument("--out", required=True, help="results folder (resumed if present)")
-    sweep_cmd.add_argument("--jobs", type=_positive_int, default=1, help="worker processes")
+    sweep_cmd.add_argument(
+        "--jobs", type=_whole(1, lim.MAX_JOBS), default=1, help="worker processes"
+    )
 
     plot_cmd = commands.add_parser("plot", help="draw a sweep's results (needs .[plot])")
     plot_cmd.add_argument("results", help="a sweep's --out folder")
@@ -423,12 +437,14 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
             "status": result.status,
             "strategy": result.strategy.model_dump(mode="json") if result.strategy else None,
             "estimate": result.estimate.model_dump(mode="json") if result.estimate else None,
-            "solver": result.solver.model_dump(mode="json"),
+            "solver": result.solver.model_dump(mode="json") if result.solver else None,
         }
         if args.top > 1:
             payload["alternatives"] = [a.model_dump(mode="json") for a in result.alternatives]
         if result.status == "infeasible":
-            payload["conflicting"] = result.conflicting
+            payload["diagnosis"] = (
+                result.diagnosis.model_dump(mode="json") if result.diagnosis else None
+            )
         _print_json(payload)
     else:
         report.print_plan(console, result, model, system, job, args.gpus)
@@ -605,9 +621,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             soft_wrap=True,
         )
         return EXIT_BAD_INPUT
+    except OSError as error:  # a file the user named cannot be read or written
+        where = f"{error.filename}: " if error.filename else ""
+        errors.print(
+            f"planner: error: {where}{error.strerror or error}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         errors.print("planner: interrupted")
         return 130
+    except Exception as error:  # a bug: one line, the traceback only on request
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        errors.print(
+            f"planner: internal error: {type(error).__name__}: {error} (a bug in planner; "
+            "PLANNER_DEBUG=1 shows the traceback)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

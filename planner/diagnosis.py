@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from constraints import PlanModel, build_plan_model
 from constraints.target import PerformanceTarget
+from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.rules import divisors
@@ -391,7 +392,7 @@ class _Session:
         least, solver, status = minimize_then_fix(built, need, CHECK_TIME_LIMIT_S)
         if least is None or status not in SOLVED:
             return None
-        return least * 1024 / BYTES_PER_GIB, decode(built, solver)
+        return least * built.needs.unit_bytes / BYTES_PER_GIB, decode(built, solver)
 
     def fewest_gpus(self) -> tuple[int, object, bool] | None:
         """The fewest GPUs that admit a strategy, with the GPU count tp·pp·dp a decision
@@ -401,8 +402,8 @@ class _Session:
         proven."""
         if not self.fewest_cache:
             ctx, system = self.ctx, self.ctx.system
-            bound = system.max_gpus or (
-                system.scale_up_gpus * ctx.model.layers * ctx.job.global_batch
+            bound = system.max_gpus or min(
+                system.scale_up_gpus * ctx.model.layers * ctx.job.global_batch, lim.MAX_GPUS
             )
             node = system.gpus_per_node
             multiple = node if self.gpus % node == 0 else 1

@@ -10,6 +10,10 @@ class InputError(ValueError):
     """Bad input: unknown name, malformed file, impossible combination. ``str()`` is one line."""
 
 
+class InternalError(RuntimeError):
+    """A bug in planner, not in the input (the CLI says so in one line, exit code 1)."""
+
+
 def describe_validation_error(error: ValidationError, where: str) -> str:
     """One line for the first problem of a pydantic error, e.g.
     ``model.hidden = -5: Input should be greater than 0``."""

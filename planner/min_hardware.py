@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from constraints import build_plan_model
 from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
+from planner import limits as lim
 from planner.api import as_model, as_system
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.diagnosis import Diagnosis
@@ -184,7 +185,7 @@ class _Query:
         return (
             self.max_gpus
             or system.max_gpus
-            or (system.scale_up_gpus * self.model.layers * self.job.global_batch)
+            or min(system.scale_up_gpus * self.model.layers * self.job.global_batch, lim.MAX_GPUS)
         )
 
     def domain(self) -> str:
@@ -328,7 +329,7 @@ class _Query:
             if status == cp_model.INFEASIBLE:
                 return self.infeasible(system=system)
             return ("unknown", None, None)
-        gib = solver.Value(need) * 1024 / BYTES_PER_GIB
+        gib = solver.Value(need) * built.needs.unit_bytes / BYTES_PER_GIB
         if family == "hbm":
             gib /= self.job.hbm_usable_fraction
         value = math.ceil(gib / step - 1e-9) * step

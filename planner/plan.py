@@ -2,7 +2,8 @@
 
 The solver's answer is decoded, evaluated again with the cost model (the reported estimate is
 always the cost model's), and checked against the solver's objective. ``top`` > 1 re-solves with
-each found strategy excluded (a no-good over all knobs), giving the K best distinct strategies.
+each found strategy excluded (a no-good over all knobs) and the last objective as a lower bound,
+giving the K best distinct strategies.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 
 from constraints import PlanModel, build_plan_model
 from constraints.target import PerformanceTarget
+from planner import limits as lim
 from planner.api import as_model, as_system
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
@@ -81,7 +83,8 @@ def plan(
 ) -> Plan:
     """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless the
     time limit cut the proof short (status ``feasible``). With ``top`` = K, also the K best
-    distinct strategies (``alternatives``, the best first). When nothing fits, ``diagnose``
+    distinct strategies (``alternatives``, the best first; K ≤ planner.limits.MAX_TOP, one
+    warm re-solve each, all within ``time_limit_s``). When nothing fits, ``diagnose``
     explains why (planner.diagnosis; ``diagnose="conflict"`` names the conflict without
     searching for fixes). ``target`` (a step-time or MFU bound) is one more constraint family."""
     model_spec, system_spec = as_model(model), as_system(system)
@@ -89,8 +92,12 @@ def plan(
         raise InputError(
             f"--gpus = {gpus}: system {system_spec.name!r} has at most {system_spec.max_gpus}"
         )
-    if top < 1:
-        raise InputError(f"--top = {top}: must be ≥ 1")
+    _check_whole("--gpus", gpus, lim.MAX_GPUS)
+    _check_whole("--top", top, lim.MAX_TOP)
+    _check_whole("--max-micro-batch", max_micro_batch, lim.MAX_GLOBAL_BATCH)
+    _check_whole("--max-interleave", max_interleave, lim.MAX_LAYERS)
+    if not 0 < time_limit_s <= lim.MAX_TIME_LIMIT_S:
+        raise InputError(f"--time-limit = {time_limit_s!r}: allowed (0, {lim.MAX_TIME_LIMIT_S:g}]")
     ctx = CostContext(model_spec, system_spec, job)
     pins = dict(pins or {})
     limits = {"max_micro_batch": max_micro_batch, "max_interleave": max_interleave}
@@ -112,12 +119,19 @@ def plan(
         return Plan(status=report.status, strategy=None, estimate=None, solver=report)
     best = decode(built, solver)
     ranked = [best]
+    last = solver
     while len(ranked) < top:
+        remaining_s = time_limit_s - (time.perf_counter() - started)
+        if remaining_s <= 0:  # the time limit covers the whole ranking
+            break
         _exclude(built, ranked[-1])
-        next_solver, next_status = solve(built, time_limit_s, workers)
+        _warm_start(built, last)
+        # Re-solves skip presolve: the model is already small and presolve dominated their
+        # time (--top 50 on the README's main job: 4.5 s → 2.6 s).
+        last, next_status = solve(built, remaining_s, workers, presolve=False)
         if next_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
-        ranked.append(decode(built, next_solver))
+        ranked.append(decode(built, last))
     report.wall_time_s = time.perf_counter() - started
     alternatives = []
     if top > 1:
@@ -139,6 +153,11 @@ def plan(
         solver=report,
         alternatives=alternatives,
     )
+
+
+def _check_whole(flag: str, value: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise InputError(f"{flag} = {value!r}: allowed range is 1..{high}")
 
 
 STATUS_NAMES: dict[int, Status] = {
@@ -189,6 +208,12 @@ def _report(
         table_entries=entries,
         search_space=space.size(),
     )
+
+
+def _warm_start(built: PlanModel, solver: cp_model.CpSolver) -> None:
+    """Before the next re-solve of ``top``: the next strategy's objective is at least the last
+    one's (solutions come in order), so a solution meeting that bound is proven at once."""
+    built.model.Add(built.objective() >= round(solver.ObjectiveValue()))
 
 
 def _exclude(built: PlanModel, strategy: Strategy) -> None:

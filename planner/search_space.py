@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner import limits as lim
 from planner.errors import InputError
 from planner.rules import divisors
 from planner.specs import RECOMPUTE_CODES, JobSpec, ModelSpec, Strategy, SystemSpec
@@ -40,6 +41,19 @@ KNOBS = (
 """The knobs the planner chooses (dp follows from gpus / (tp·pp))."""
 
 PINNABLE = (*KNOBS, "dp")
+
+PIN_LIMITS = {
+    "tp": lim.MAX_GPUS,
+    "pp": lim.MAX_LAYERS,
+    "dp": lim.MAX_GPUS,
+    "micro_batch": lim.MAX_GLOBAL_BATCH,
+    "interleave": lim.MAX_LAYERS,
+    "zero_stage": 3,
+    "offload_weights": lim.MAX_MEMORY_TIERS - 1,
+    "offload_activations": lim.MAX_MEMORY_TIERS - 1,
+    "offload_optimizer": lim.MAX_MEMORY_TIERS - 1,
+}
+"""The largest value a whole-number pin may take (planner.limits)."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +101,9 @@ def parse_pin(text: str) -> tuple[str, int]:
         number = int(value)
     except ValueError:
         raise InputError(f"--pin {text!r}: {name} takes a whole number") from None
-    if number < 0 or (number == 0 and name not in ("zero_stage",) and "offload" not in name):
-        raise InputError(f"--pin {text!r}: {name} must be > 0")
+    low = 0 if name == "zero_stage" or name.startswith("offload") else 1
+    if not low <= number <= PIN_LIMITS[name]:
+        raise InputError(f"--pin {text!r}: {name} is allowed in {low}..{PIN_LIMITS[name]}")
     return name, number
 
 

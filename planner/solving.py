@@ -6,6 +6,7 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 from constraints import PlanModel
+from planner.errors import InternalError
 from planner.search_space import strategy_from_values
 from planner.specs import Strategy
 
@@ -38,6 +39,10 @@ def solve(
     parameters.linearization_level = 0
     parameters.cp_model_presolve = presolve
     status = solver.Solve(built.model)
+    if status == cp_model.MODEL_INVALID:
+        # Input ranges (planner.limits) keep every coefficient inside 64 bits; reaching this is
+        # a bug, reported as one line rather than as a silent "unknown".
+        raise InternalError(f"the CP-SAT model is invalid: {built.model.Validate()}")
     return solver, status
 
 

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from planner import limits as lim
+
 FfnKind = Literal["gelu", "swiglu"]
 Precision = Literal["bf16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
@@ -27,7 +29,7 @@ RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 class Spec(BaseModel):
     """Base of every spec: immutable, unknown fields rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ModelSpec(Spec):
@@ -40,15 +42,15 @@ class ModelSpec(Spec):
 
     name: str = "custom"
     description: str = ""
-    hidden: int = Field(gt=0)
-    layers: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int = Field(default=0, ge=0)  # 0 or omitted: = heads
-    head_dim: int = Field(default=0, ge=0)  # 0 or omitted: = hidden / heads
-    ffn_hidden: int = Field(gt=0)
+    hidden: int = Field(gt=0, le=lim.MAX_HIDDEN)
+    layers: int = Field(gt=0, le=lim.MAX_LAYERS)
+    heads: int = Field(gt=0, le=lim.MAX_HEADS)
+    kv_heads: int = Field(default=0, ge=0, le=lim.MAX_HEADS)  # 0 or omitted: = heads
+    head_dim: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)  # 0 or omitted: hidden / heads
+    ffn_hidden: int = Field(gt=0, le=lim.MAX_HIDDEN)
     ffn_kind: FfnKind = "gelu"
-    vocab: int = Field(gt=0)
-    seq_len: int = Field(default=2048, gt=0)
+    vocab: int = Field(gt=0, le=lim.MAX_VOCAB)
+    seq_len: int = Field(default=2048, gt=0, le=lim.MAX_SEQ_LEN)
     tied_embeddings: bool = True
     dropout: bool = True
     aliases: tuple[str, ...] = ()
@@ -115,7 +117,7 @@ class MatmulEfficiencyPoint(Spec):
     """One point of a matmul efficiency curve: a GEMM of ``gflop`` GFLOP runs at ``efficiency``
     of the accelerator's peak. Between points the curve is linear in log10(FLOPs)."""
 
-    gflop: float = Field(gt=0)
+    gflop: float = Field(gt=0, le=lim.MAX_GFLOP)
     efficiency: float = Field(gt=0, le=1)
 
 
@@ -138,8 +140,7 @@ class AcceleratorSpec(Spec):
         if "bf16" not in value:
             raise ValueError("peak_tflops must give at least 'bf16'")
         for precision, tflops in value.items():
-            if tflops <= 0:
-                raise ValueError(f"peak_tflops.{precision}={tflops} must be > 0")
+            lim.check_range(f"peak_tflops.{precision}", tflops, 0, lim.MAX_TFLOPS, low_open=True)
         return value
 
     @field_validator("matmul_efficiency")
@@ -160,8 +161,8 @@ class MemoryTierSpec(Spec):
     """
 
     name: str
-    capacity_gib: float = Field(gt=0)
-    bandwidth_gbps: float = Field(gt=0)
+    capacity_gib: float = Field(gt=0, le=lim.MAX_CAPACITY_GIB)
+    bandwidth_gbps: float = Field(gt=0, le=lim.MAX_BANDWIDTH_GBPS)
     efficiency: float = Field(default=1.0, gt=0, le=1)
 
 
@@ -172,9 +173,9 @@ class NetworkTierSpec(Spec):
     ``bandwidth_gbps`` is per GPU per direction."""
 
     name: str
-    domain_gpus: int | None = Field(default=None, gt=0)
-    bandwidth_gbps: float = Field(gt=0)
-    latency_us: float = Field(default=0.0, ge=0)
+    domain_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
+    bandwidth_gbps: float = Field(gt=0, le=lim.MAX_BANDWIDTH_GBPS)
+    latency_us: float = Field(default=0.0, ge=0, le=lim.MAX_LATENCY_US)
     efficiency: float = Field(default=1.0, gt=0, le=1)
 
 
@@ -184,11 +185,13 @@ class SystemSpec(Spec):
     name: str = "custom"
     description: str = ""
     accelerator: AcceleratorSpec
-    memory_tiers: tuple[MemoryTierSpec, ...] = Field(min_length=1)
-    network_tiers: tuple[NetworkTierSpec, ...] = Field(min_length=1)
-    gpus_per_node: int = Field(default=8, gt=0)
-    max_gpus: int | None = Field(default=None, gt=0)
-    gpu_hour_usd: float | None = Field(default=None, gt=0)
+    memory_tiers: tuple[MemoryTierSpec, ...] = Field(min_length=1, max_length=lim.MAX_MEMORY_TIERS)
+    network_tiers: tuple[NetworkTierSpec, ...] = Field(
+        min_length=1, max_length=lim.MAX_NETWORK_TIERS
+    )
+    gpus_per_node: int = Field(default=8, gt=0, le=lim.MAX_GPUS)
+    max_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
+    gpu_hour_usd: float | None = Field(default=None, gt=0, le=lim.MAX_GPU_HOUR_USD)
     tp_across_domain: bool = False
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
@@ -228,14 +231,14 @@ class JobSpec(Spec):
     plans estimated under ~80 % of HBM did not run out of memory in 454 measured runs).
     """
 
-    global_batch: int = Field(gt=0)
-    seq_len: int | None = Field(default=None, gt=0)
+    global_batch: int = Field(gt=0, le=lim.MAX_GLOBAL_BATCH)
+    seq_len: int | None = Field(default=None, gt=0, le=lim.MAX_SEQ_LEN)
     precision: Precision = "bf16"
     optimizer: Literal["adam"] = "adam"
     grad_dtype: GradDtype = "fp32"
     attention: AttentionKernel = "flash"
-    train_tokens: float | None = Field(default=None, gt=0)
-    hbm_reserve_gib: float = Field(default=2.0, ge=0)
+    train_tokens: float | None = Field(default=None, gt=0, le=lim.MAX_TRAIN_TOKENS)
+    hbm_reserve_gib: float = Field(default=2.0, ge=0, le=lim.MAX_CAPACITY_GIB)
     hbm_usable_fraction: float = Field(default=0.95, gt=0, le=1)
 
     def seq_len_for(self, model: ModelSpec) -> int:
@@ -247,17 +250,17 @@ class Strategy(Spec):
     ``micro_batch``). Offload fields hold a memory-tier index: 0 keeps the tensors in HBM,
     k ≥ 1 moves them to offload tier k."""
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    dp: int = Field(default=1, gt=0)
-    micro_batch: int = Field(default=1, gt=0)
-    interleave: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    pp: int = Field(default=1, gt=0, le=lim.MAX_LAYERS)
+    dp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    micro_batch: int = Field(default=1, gt=0, le=lim.MAX_GLOBAL_BATCH)
+    interleave: int = Field(default=1, gt=0, le=lim.MAX_LAYERS)
     recompute: Recompute = "none"
     sequence_parallel: bool = False
     zero_stage: int = Field(default=0, ge=0, le=3)
-    offload_weights: int = Field(default=0, ge=0)
-    offload_activations: int = Field(default=0, ge=0)
-    offload_optimizer: int = Field(default=0, ge=0)
+    offload_weights: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
+    offload_activations: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
+    offload_optimizer: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
     dp_overlap: bool = True
     tp_overlap: bool = False
 

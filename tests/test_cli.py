@@ -181,7 +181,7 @@ def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None
                 "--tp",
                 "0",
             ],
-            "must be > 0",
+            "outside the allowed range 1..1048576",
         ),
         (
             [
@@ -322,7 +322,7 @@ def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None
                 "--hbm-usable-fraction",
                 "2",
             ],
-            "hbm_usable_fraction",
+            "--hbm-usable-fraction",
         ),
     ],
 )
@@ -404,7 +404,7 @@ def test_plan_infeasible_exits_3_with_conflict(capsys: pytest.CaptureFixture[str
     [
         ([*PLAN, "--pin", "tpp=2"], "expected KNOB=VALUE"),
         ([*PLAN, "--pin", "recompute=most"], "recompute is one of"),
-        ([*PLAN, "--top", "0"], "must be > 0"),
+        ([*PLAN, "--top", "0"], "outside the allowed range 1..100"),
         (PLAN[:5] + PLAN[7:], "plan needs --gpus"),
     ],
 )

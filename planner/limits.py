@@ -1,0 +1,66 @@
+"""The stated range of every number a user can pass (spec fields and CLI flags).
+
+Each range is finite and checked before any heavy work, so that no input can overflow the
+solver's 64-bit integer arithmetic, make a domain enumeration run for minutes, or slip through as
+infinity or NaN. The bounds sit far outside every published configuration (noted per bound), so
+they cut no real question; a value outside one is an input error naming the field and the range.
+
+The CP-SAT model multiplies memory (KiB per GPU, at most ``MAX_CAPACITY_GIB`` · 2 per tier) by
+coefficients up to about 2·layers² (the pipeline-flush scaling in constraints/memory.py), and
+step-time units by coefficients up to layers²: ``MAX_LAYERS`` and ``MAX_CAPACITY_GIB`` are chosen
+together so that those products stay inside CP-SAT's signed 64-bit range (checked again when the
+model is built: constraints.check_int64_range).
+"""
+
+from __future__ import annotations
+
+MAX_GPUS = 1 << 20
+"""1,048,576 accelerators: 10× the largest announced training clusters (~100k GPUs, 2024-25)."""
+MAX_GLOBAL_BATCH = 1 << 20
+"""Sequences per step; GPT-3 used 1,536, Llama 3 405B at most 16M tokens (4,096 × 4k)."""
+MAX_SEQ_LEN = 1 << 24
+"""16,777,216 tokens per sequence; the longest published training contexts are 1M tokens."""
+MAX_LAYERS = 1024
+"""Transformer blocks; the largest model of the multi-trillion study (128T) has 480."""
+MAX_HIDDEN = 1 << 20
+"""Hidden, FFN and head widths; the 128T model's hidden is 148,480, its FFN 593,920."""
+MAX_HEADS = 1 << 16
+"""Attention heads (and KV heads); the 128T model has 1,160."""
+MAX_VOCAB = 1 << 24
+"""Vocabulary entries; the largest published vocabularies are ~256k."""
+MAX_CAPACITY_GIB = 65536.0
+"""64 TiB per GPU in one memory tier (HBM today: ≤ 288 GiB; host DDR / CXL per GPU: ≤ a few TiB)."""
+MAX_BANDWIDTH_GBPS = 1e6
+"""1 PB/s per GPU per direction (HBM3e: 8 TB/s; NVLink 5: 900 GB/s)."""
+MAX_LATENCY_US = 1e6
+"""One second of network latency."""
+MAX_TFLOPS = 1e6
+"""1 EFLOP/s per accelerator (B200 dense fp8: 4,500 TFLOP/s)."""
+MAX_GFLOP = 1e9
+"""Largest GEMM of a matmul-efficiency curve (an exaFLOP)."""
+MAX_TRAIN_TOKENS = 1e18
+"""Token budget; the largest published budgets are ~3·10^13 (36T tokens)."""
+MAX_STEP_TIME_S = 1e9
+"""Performance target: ~32 years per step."""
+MAX_DAYS = 1e5
+"""Deadline for a token budget: ~274 years."""
+MAX_TIME_LIMIT_S = 86400.0
+"""Solver time limit: one day."""
+MAX_TOP = 100
+"""Alternatives listed by ``plan --top``: each costs one more (warm-started) solve."""
+MAX_MEMORY_TIERS = 8
+MAX_NETWORK_TIERS = 8
+MAX_JOBS = 1024
+"""Worker processes of a sweep."""
+MAX_GPU_HOUR_USD = 1e6
+MAX_USD = 1e12
+"""Dollar amounts in a dataset or a cost query."""
+
+
+def check_range(field: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+    """Raise ValueError with one line naming ``field``, ``value`` and the allowed range unless
+    ``low`` ≤ value ≤ ``high`` (``low`` < value with ``low_open``); NaN and ±inf fail too."""
+    inside = (low < value if low_open else low <= value) and value <= high
+    if not inside:  # also catches NaN, which compares false
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{field} = {value!r}: allowed range is {bracket}{low:g}, {high:g}]")
