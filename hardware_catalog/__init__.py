@@ -26,21 +26,54 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 
 def read_spec_file(path: Path, spec_type: type[SpecT], what: str) -> SpecT:
     """Load a YAML or JSON file into ``spec_type``; every failure is an InputError (one line)."""
+    where = f"{what} file {str(path)!r}"
     try:
+        if path.stat().st_size > MAX_SPEC_FILE_BYTES:
+            raise InputError(f"{where}: larger than {MAX_SPEC_FILE_BYTES >> 20} MiB")
         text = path.read_text(encoding="utf-8")
     except OSError as error:
-        raise InputError(f"{what} file {str(path)!r}: cannot read ({error.strerror})") from None
+        raise InputError(f"{where}: cannot read ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{where}: not a UTF-8 text file") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        first_line = str(error).splitlines()[0]
-        raise InputError(f"{what} file {str(path)!r}: not valid YAML/JSON ({first_line})") from None
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"{where}: not valid YAML/JSON ({first_line})") from None
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply") from None
     if not isinstance(data, dict):
-        raise InputError(f"{what} file {str(path)!r}: expected a mapping of fields at the top")
+        raise InputError(f"{where}: expected a mapping of fields at the top")
+    if _node_count(data, MAX_SPEC_NODES) > MAX_SPEC_NODES:
+        raise InputError(
+            f"{where}: more than {MAX_SPEC_NODES:,} values (YAML aliases expand; a spec is small)"
+        )
     try:
         return spec_type.model_validate(data)
     except ValidationError as error:
         raise InputError(describe_validation_error(error, f"{what} ({path.name})")) from None
+
+
+MAX_SPEC_FILE_BYTES = 16 << 20
+"""Spec, study and dataset files are at most 16 MiB (the bundled dataset is ~60 KiB)."""
+MAX_SPEC_NODES = 1_000_000
+"""Values in a parsed file, each alias counted every time it is used: a YAML "billion laughs"
+file is small on disk and expands past any limit."""
+
+
+def _node_count(data: object, limit: int) -> int:
+    """Values in a parsed YAML/JSON tree, counting shared (aliased) ones at each use; stops
+    counting past ``limit``."""
+    count, stack = 0, [data]
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return count
 
 
 @cache

@@ -63,4 +63,11 @@ def check_range(field: str, value: float, low: float, high: float, low_open: boo
     inside = (low < value if low_open else low <= value) and value <= high
     if not inside:  # also catches NaN, which compares false
         bracket = "(" if low_open else "["
-        raise ValueError(f"{field} = {value!r}: allowed range is {bracket}{low:g}, {high:g}]")
+        raise ValueError(
+            f"{field} = {value!r}: allowed range is {bracket}{_plain(low)}, {_plain(high)}]"
+        )
+
+
+def _plain(number: float) -> str:
+    """1048576 rather than 1.04858e+06; 1e+18 and 0.5 as they are."""
+    return str(int(number)) if float(number).is_integer() and abs(number) < 1e7 else f"{number:g}"

@@ -25,20 +25,24 @@ Study file (YAML or JSON)::
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import hardware_catalog
 from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
+from planner import limits as lim
+from planner.errors import InputError, describe_validation_error
 from planner.min_hardware import QUANTITIES, min_hardware
 from planner.plan import plan
 from planner.specs import JobSpec, SystemSpec
@@ -46,19 +50,30 @@ from planner.specs import JobSpec, SystemSpec
 HARDWARE_AXES = ("hbm_gib", "offload_gib", "offload_gbps", "scale_out_gbps")
 
 
+MAX_SCENARIOS = 1_000_000
+"""Scenarios in one study (the product of its axes): past this, split the study."""
+STUDY_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+HARDWARE_LIMITS = {
+    "hbm_gib": lim.MAX_CAPACITY_GIB,
+    "offload_gib": lim.MAX_CAPACITY_GIB,
+    "offload_gbps": lim.MAX_BANDWIDTH_GBPS,
+    "scale_out_gbps": lim.MAX_BANDWIDTH_GBPS,
+}
+
+
 class BatchRule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    per_gpu: float = Field(gt=0)
+    model_config = STUDY_CONFIG
+    per_gpu: float = Field(gt=0, le=lim.MAX_GLOBAL_BATCH)
 
 
 class Goal(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_step_s: float | None = Field(default=None, gt=0)
+    model_config = STUDY_CONFIG
+    max_step_s: float | None = Field(default=None, gt=0, le=lim.MAX_STEP_TIME_S)
     min_mfu: float | None = Field(default=None, gt=0, le=1)
 
 
 class Study(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STUDY_CONFIG
 
     name: str = "study"
     query: Literal["plan", "min-hardware"] = "plan"
@@ -66,7 +81,7 @@ class Study(BaseModel):
     models: tuple[str, ...] = Field(min_length=1)
     systems: tuple[str, ...] = Field(min_length=1)
     gpus: tuple[int, ...] = Field(min_length=1)
-    global_batch: int | BatchRule
+    global_batch: int | BatchRule = Field(union_mode="left_to_right")
     hardware: dict[str, tuple[float, ...]] = Field(default_factory=dict)
     goal: Goal = Goal()
 
@@ -78,16 +93,38 @@ class Study(BaseModel):
                 raise ValueError(
                     f"unknown hardware axis {key!r}; allowed: {', '.join(HARDWARE_AXES)}"
                 )
-            if not values or any(v <= 0 for v in values):
-                raise ValueError(f"hardware.{key} needs positive values")
+            if not values:
+                raise ValueError(f"hardware.{key} needs at least one value")
+            for v in values:
+                lim.check_range(f"hardware.{key}", v, 0, HARDWARE_LIMITS[key], low_open=True)
         return value
 
     @field_validator("gpus")
     @classmethod
-    def _positive(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if any(g <= 0 for g in value):
-            raise ValueError("gpus must be positive")
+    def _gpu_counts(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        for gpus in value:
+            lim.check_range("gpus", gpus, 1, lim.MAX_GPUS)
         return value
+
+    @field_validator("global_batch")
+    @classmethod
+    def _batch(cls, value: int | BatchRule) -> int | BatchRule:
+        if isinstance(value, int):
+            lim.check_range("global_batch", value, 1, lim.MAX_GLOBAL_BATCH)
+        return value
+
+    @model_validator(mode="after")
+    def _size(self) -> Study:
+        count = len(self.models) * len(self.systems) * len(self.gpus)
+        for values in self.hardware.values():
+            count *= len(values)
+        if count > MAX_SCENARIOS:
+            raise ValueError(f"{count:,} scenarios; at most {MAX_SCENARIOS:,} per study")
+        for gpus in self.gpus:
+            lim.check_range(
+                f"global batch at {gpus} GPUs", self.batch_for(gpus), 1, lim.MAX_GLOBAL_BATCH
+            )
+        return self
 
     def batch_for(self, gpus: int) -> int:
         if isinstance(self.global_batch, int):
@@ -97,8 +134,6 @@ class Study(BaseModel):
 
 def load_study(path: str | Path) -> Study:
     """A study file, every problem one line naming the key (names resolved here too)."""
-    from planner.errors import InputError
-
     study = hardware_catalog.read_spec_file(Path(path), Study, "study")
     for name in study.models:
         hardware_catalog.load_model(name)
@@ -162,11 +197,30 @@ def run_scenario(study: Study, scenario: dict[str, Any]) -> dict[str, Any]:
     """One row: the scenario's inputs, then status, strategy, step time, MFU, memory per tier,
     solve time and, when nothing fits, the conflicting constraints."""
     started = time.perf_counter()
+    row = dict(scenario)
+    try:
+        return _solve_scenario(study, scenario, row, started)
+    except (InputError, ValidationError) as error:  # this scenario's inputs, not the sweep's
+        message = (
+            describe_validation_error(error, "scenario")
+            if isinstance(error, ValidationError)
+            else str(error)
+        )
+        row.update(status="error", error=message, solve_time_s=_elapsed_s(started))
+        return row
+
+
+def _elapsed_s(started: float) -> float:
+    return round(time.perf_counter() - started, 4)
+
+
+def _solve_scenario(
+    study: Study, scenario: dict[str, Any], row: dict[str, Any], started: float
+) -> dict[str, Any]:
     model = hardware_catalog.load_model(scenario["model"])
     system = system_variant(hardware_catalog.load_system(scenario["system"]), scenario)
     job = JobSpec(global_batch=scenario["global_batch"])
     target = PerformanceTarget(max_step_s=study.goal.max_step_s, min_mfu=study.goal.min_mfu)
-    row = dict(scenario)
     if study.query == "plan":
         result = plan(model, system, job, scenario["gpus"], target=target, diagnose="conflict")
         strategy, estimate, status = result.strategy, result.estimate, result.status
@@ -181,7 +235,7 @@ def run_scenario(study: Study, scenario: dict[str, Any]) -> dict[str, Any]:
         status, diagnosis = found.status, found.diagnosis
         row["minimum"] = minimum.value if minimum else None
         row["minimum_unit"] = QUANTITIES[study.minimize]
-    row.update(status=status, solve_time_s=round(time.perf_counter() - started, 4))
+    row.update(status=status, solve_time_s=_elapsed_s(started))
     if strategy is not None and estimate is not None:
         row["strategy"] = strategy.describe()
         row.update({f"knob_{k}": v for k, v in strategy.model_dump(mode="json").items()})
@@ -207,24 +261,26 @@ def run_study(
     stop_after: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run every scenario not yet in ``out/rows.jsonl``; return all rows (old and new).
-    ``stop_after`` stops after that many new rows (to test interruption)."""
+    ``stop_after`` stops after that many new rows (to test interruption).
+
+    Kill-safe: each row is appended by one ``write`` system call on an O_APPEND descriptor, so
+    a process killed at any moment (even SIGKILL) leaves whole lines; a line cut short anyway
+    (a full disk, a crash of the machine) is dropped when the sweep resumes, by rewriting the
+    file atomically (a temporary file, then ``os.replace``). rows.csv is replaced the same way."""
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / "rows.jsonl"
-    done = {row["id"]: row for row in read_rows(out)}
+    done = {row["id"]: row for row in _repair_rows(rows_path)}
     todo = [s for s in scenarios(study) if s["id"] not in done]
     total = len(done) + len(todo)
     if progress:
         progress(len(done), total)
     if stop_after is not None:
         todo = todo[:stop_after]
-    if rows_path.exists() and rows_path.read_bytes()[-1:] not in (b"", b"\n"):
-        with rows_path.open("a", encoding="utf-8") as sink:  # end a line torn by a hard kill
-            sink.write("\n")
-    with rows_path.open("a", encoding="utf-8") as sink:
+    sink = os.open(rows_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
 
         def record(row: dict[str, Any]) -> None:
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
+            os.write(sink, (json.dumps(row) + "\n").encode("utf-8"))
             done[row["id"]] = row
             if progress:
                 progress(len(done), total)
@@ -237,30 +293,59 @@ def run_study(
                 futures = [pool.submit(run_scenario, study, s) for s in todo]
                 for future in as_completed(futures):
                     record(future.result())
+    finally:
+        os.close(sink)
     ordered = [done[s["id"]] for s in scenarios(study) if s["id"] in done]
     write_csv(out / "rows.csv", ordered)
     return ordered
 
 
 def read_rows(out: Path) -> list[dict[str, Any]]:
-    """Rows already written (a truncated last line from a hard kill is ignored)."""
-    path = out / "rows.jsonl"
+    """Rows already written, one per scenario id (lines that are not whole rows are skipped)."""
+    return list(_parse_rows(out / "rows.jsonl")[0].values())
+
+
+def _parse_rows(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
+    """(rows by id, whether the file holds anything else: a torn line, a repeated id)."""
     if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+        return {}, False
+    rows: dict[str, dict[str, Any]] = {}
+    lines = path.read_bytes().split(b"\n")
+    whole = lines[:-1]  # the last piece is empty when the file ends a line, else torn
+    dirty = lines[-1] != b""
+    for line in whole:
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            dirty = True
             continue
-    return rows
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str) or row["id"] in rows:
+            dirty = True
+            continue
+        rows[row["id"]] = row
+    return rows, dirty
+
+
+def _repair_rows(path: Path) -> list[dict[str, Any]]:
+    """The whole rows of ``path``; rewritten atomically first if it holds anything else."""
+    rows, dirty = _parse_rows(path)
+    if dirty:
+        _replace_atomically(path, "".join(json.dumps(row) + "\n" for row in rows.values()))
+    return list(rows.values())
+
+
+def _replace_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    _replace_atomically(path, buffer.getvalue())

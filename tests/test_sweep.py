@@ -3,6 +3,11 @@ clearly, plots draw."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,7 +77,7 @@ def test_interrupted_sweep_resumes_to_the_same_rows(tmp_path: Path) -> None:
         ({"modles": ["gpt3-1.3b"]}, "modles: unknown field"),
         ({"hardware": {"hbm": [80]}}, "unknown hardware axis 'hbm'"),
         ({"models": ["gpt3-1.3"]}, "did you mean"),
-        ({"gpus": [0]}, "gpus must be positive"),
+        ({"gpus": [0]}, "gpus = 0: allowed range is"),
         ({"query": "min-hardware", "minimize": "gpu"}, "study.minimize = 'gpu'"),
     ],
 )
@@ -91,3 +96,48 @@ def test_cli_sweep_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert main(["plot", str(tmp_path / "r"), "--kind", kind]) == 0
         assert (tmp_path / "r" / f"{kind}.png").stat().st_size > 1000
     assert main(["plot", str(tmp_path / "r"), "--kind", "offload-bandwidth"]) == 2
+
+
+def _whole_rows(path: Path) -> list[dict]:
+    """Every line of rows.jsonl, parsed (fails on a torn or foreign line)."""
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_resume_drops_a_torn_line_from_the_file(tmp_path: Path) -> None:
+    study = load_study(write(tmp_path, STUDY))
+    run_study(study, tmp_path / "out", stop_after=2)
+    with (tmp_path / "out" / "rows.jsonl").open("a") as sink:
+        sink.write('{"id": "gpt3-1.3b|dgx-h100|8|hbm_gib=16", "sta')
+    run_study(study, tmp_path / "out", stop_after=1)
+    rows = _whole_rows(tmp_path / "out" / "rows.jsonl")
+    assert len(rows) == 3
+    assert len({row["id"] for row in rows}) == 3
+
+
+def test_sweep_killed_at_any_moment_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """SIGKILL the sweep process at several moments, resume into the same folder each time:
+    the rows end whole, unique and equal to an uninterrupted run's."""
+    study_path = write(tmp_path, STUDY)
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "planner", "sweep", str(study_path), "--out", str(out)]
+    rows_path = out / "rows.jsonl"
+    for rows_before_kill in (0, 2, 5):  # at start-up, then mid-sweep as rows are being written
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            written = rows_path.read_bytes().count(b"\n") if rows_path.exists() else 0
+            if written >= rows_before_kill:
+                break
+            time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        assert process.returncode == -signal.SIGKILL  # killed, not finished
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    rows = _whole_rows(out / "rows.jsonl")
+    full = run_study(load_study(study_path), tmp_path / "full")
+    key = lambda rows: sorted((r["id"], r["status"], r.get("step_time_s")) for r in rows)  # noqa: E731
+    assert key(rows) == key(full)
+    assert (out / "rows.csv").read_text().count("\n") == len(full) + 1
