@@ -1,8 +1,9 @@
 """The ``planner`` command line.
 
 Exit codes: 0 success; 2 bad input (one line naming the field, the value and what is allowed);
-3 infeasible (the strategy or problem does not fit, with the reason); 1 an internal error (a bug:
-one line; PLANNER_DEBUG=1 shows the traceback).
+3 infeasible (the strategy or problem does not fit, with the reason); 4 the time limit ran out
+before any answer (neither a plan nor a proof that none exists); 1 an internal error (a bug: one
+line; PLANNER_DEBUG=1 shows the traceback).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from planner.specs import JobSpec, Strategy
 from planner.sweep import load_study, run_study
 from planner.validation import load_dataset, validate
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_TIME_LIMIT = 0, 1, 2, 3, 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -448,7 +449,9 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         _print_json(payload)
     else:
         report.print_plan(console, result, model, system, job, args.gpus)
-    return EXIT_OK if result.strategy is not None else EXIT_INFEASIBLE
+    if result.strategy is not None:
+        return EXIT_OK
+    return EXIT_TIME_LIMIT if result.status == "unknown" else EXIT_INFEASIBLE
 
 
 def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
@@ -514,7 +517,9 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
         report.print_min_hardware(console, result, model, system, job)
         if front is not None:
             report.print_pareto(console, front, args.minimize, args.sweep)
-    return EXIT_OK if result.minimum is not None else EXIT_INFEASIBLE
+    if result.minimum is not None:
+        return EXIT_OK
+    return EXIT_TIME_LIMIT if result.status == "unknown" else EXIT_INFEASIBLE
 
 
 def run_sweep(args: argparse.Namespace, console: Console) -> int:

@@ -4,7 +4,9 @@ memory per tier."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from planner.estimate import Estimate
 from planner.specs import ModelSpec, Strategy, SystemSpec
@@ -221,6 +223,12 @@ def print_plan(
         f"[bold]{system.name}[/], global batch {job.global_batch}, sequence "
         f"{job.seq_len_for(model)}"
     )
+    if result.status == "unknown":
+        console.print(
+            f"[yellow]No answer within the time limit[/] ({solver.wall_time_s:.2f} s): no "
+            "strategy found yet, and none proven impossible; raise --time-limit."
+        )
+        return
     if result.strategy is None:
         print_diagnosis(console, result)
         return
@@ -316,12 +324,9 @@ def print_diagnosis(console: Console, result) -> None:
         f"[red bold]No feasible strategy:[/] {count} constraint"
         f"{'s conflict' if count != 1 else ' rules every strategy out'}."
     )
-    table = Table(show_header=False, box=None, padding=(0, 2))
-    table.add_column("constraint", no_wrap=True, style="bold")
-    table.add_column("why", overflow="fold")
-    for conflict in diagnosis.conflicts:
-        table.add_row(conflict.label, conflict.detail)
-    console.print(table)
+    for conflict in diagnosis.conflicts:  # label, then its numbers indented (reads at 80 columns)
+        console.print(Padding(Text(conflict.label, style="bold"), (0, 0, 0, 2)))
+        console.print(Padding(Text(conflict.detail), (0, 0, 0, 4)))
     if diagnosis.relaxations:
         console.print("What would make it feasible (each alone):")
         for fix in diagnosis.relaxations:
@@ -344,6 +349,13 @@ def print_min_hardware(console: Console, result, model: ModelSpec, system: Syste
         f"[/], global batch {job.global_batch}; goal: {result.goal}"
     )
     minimum = result.minimum
+    if minimum is None and result.status == "unknown":
+        console.print(
+            f"[yellow]No answer within the time limit[/] ({result.wall_time_s:.2f} s): no "
+            f"hardware found yet, and none proven impossible; raise --time-limit. Searched: "
+            f"{result.domain}."
+        )
+        return
     if minimum is None:
         console.print(
             f"[red]No hardware in the searched domain meets the goal[/] "
