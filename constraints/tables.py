@@ -75,6 +75,7 @@ class Grid:
 
 
 def make_grid(variables: Variables, knobs: tuple[str, ...]) -> Grid:
+    variables.reserve_entries(knobs)
     axes = np.meshgrid(*(np.asarray(variables.domains[k]) for k in knobs), indexing="ij")
     return Grid(knobs=knobs, arrays=dict(zip(knobs, axes, strict=True)))
 

@@ -16,8 +16,19 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.errors import InputError
 from planner.rules import divisors
 from planner.search_space import SearchSpace
+
+MAX_TABLE_ENTRIES = 1_000_000
+"""Cost-table entries one model may hold. Catalog problems need 10^3–10^5; past 10^6 the
+tables take longer to evaluate and load than any time limit a user would set (a 720,720-GPU
+problem with 240 micro-batch candidates needed ~10^7 and stalled building for minutes)."""
+
+
+class ModelTooLarge(InputError):
+    """The problem's search space is too large to tabulate: one line saying what to narrow."""
+
 
 INT_LIMIT = 1 << 62
 LOG_SCALE = 10**10
@@ -49,6 +60,8 @@ class Variables:
     counts: dict[str, cp_model.IntVar] = field(default_factory=dict)
     relaxable: frozenset[str] | None = None
     """Families that may end up off (dropped, or assumptions): None means all of them."""
+    entries: int = 0
+    """Table entries so far (reserve_entries)."""
 
     @classmethod
     def create(
@@ -115,6 +128,22 @@ class Variables:
             _exponent(value, prime) * b
             for value, b in zip(self.domains[name], self.onehot[name], strict=True)
         )
+
+    def reserve_entries(self, knobs: tuple[str, ...]) -> None:
+        """Count a table over ``knobs`` against MAX_TABLE_ENTRIES before it is evaluated;
+        raise ModelTooLarge, naming the largest domains, if the model would outgrow it."""
+        self.entries += math.prod(len(self.domains[k]) for k in knobs)
+        if self.entries > MAX_TABLE_ENTRIES:
+            sizes = sorted(
+                ((len(values), name) for name, values in self.space.domains.items()),
+                reverse=True,
+            )
+            largest = ", ".join(f"{name} ({count} values)" for count, name in sizes[:3])
+            raise ModelTooLarge(
+                f"the search space needs more than {MAX_TABLE_ENTRIES:,} table entries; its "
+                f"largest domains: {largest}; narrow them (--max-micro-batch, "
+                "--max-interleave, --pin) or pick a GPU count and batch with fewer divisors"
+            )
 
     def table(self, name: str, knobs: tuple[str, ...], values: np.ndarray) -> cp_model.IntVar:
         """An integer variable equal to ``values[i_1, ..., i_k]`` at the knobs' indices."""

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from constraints import PlanModel, build_plan_model
 from constraints.target import PerformanceTarget
+from constraints.variables import ModelTooLarge
 from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
@@ -42,6 +43,8 @@ NEW_TIER_GBPS = 100.0
 """Bandwidth assumed for an offload tier the system does not have (the SC23 poster's 100 GB/s)."""
 NEW_TIER_CAPACITY_GIB = 64.0 * 1024
 MAX_BATCH_TRIES = 6
+MIN_SOLVE_S = 0.05
+"""A solve started after the diagnosis's deadline still gets this long (it may prove quickly)."""
 
 
 class Conflict(BaseModel):
@@ -71,6 +74,9 @@ class Diagnosis(BaseModel):
     conflicts: list[Conflict]
     relaxations: list[Relaxation]
     wall_time_s: float
+    complete: bool = True
+    """False when the time budget ran out: the conflict may then not be irreducible, and some
+    fixes were not searched for or not verified."""
 
 
 Planner = Callable[..., object]
@@ -172,22 +178,40 @@ def diagnose(
     limits: dict[str, int],
     target: PerformanceTarget | None = None,
     fixes: bool = True,
+    time_limit_s: float = 60.0,
 ) -> Diagnosis:
     """The diagnosis of an infeasible planning problem (see the module docstring). Without
-    ``fixes``, only the conflict (no relaxations, and no fewest-GPU search)."""
+    ``fixes``, only the conflict (no relaxations, and no fewest-GPU search). Every solve and
+    re-plan inside shares ``time_limit_s``; when it runs out the diagnosis says what it has
+    (``complete`` false)."""
     started = time.perf_counter()
-    session = _Session(CostContext(model, system, job), gpus, pins, limits, target, plan_fn, fixes)
+    session = _Session(
+        CostContext(model, system, job),
+        gpus,
+        pins,
+        limits,
+        target,
+        plan_fn,
+        fixes,
+        deadline=started + time_limit_s,
+    )
     pinned = pin_conflicts(model, system, job, gpus, pins)
     if pinned:
         relaxation = session.drop_pins([c.family.removeprefix("pin:") for c in pinned])
         return Diagnosis(
-            conflicts=pinned, relaxations=[relaxation], wall_time_s=time.perf_counter() - started
+            conflicts=pinned,
+            relaxations=[relaxation],
+            wall_time_s=time.perf_counter() - started,
+            complete=not session.incomplete,
         )
     core = session.irreducible_core()
     conflicts = [session.quantify(family, label) for family, label in core]
     relaxations = session.relaxations({family for family, _ in core}) if fixes else []
     return Diagnosis(
-        conflicts=conflicts, relaxations=relaxations, wall_time_s=time.perf_counter() - started
+        conflicts=conflicts,
+        relaxations=relaxations,
+        wall_time_s=time.perf_counter() - started,
+        complete=not session.incomplete,
     )
 
 
@@ -202,7 +226,26 @@ class _Session:
     target: PerformanceTarget | None
     plan_fn: Planner
     fixes: bool = True
+    deadline: float = math.inf
+    """perf_counter() time by which the diagnosis answers with what it has."""
+    incomplete: bool = False
+    """Set once a step was cut short or skipped for want of time."""
     fewest_cache: list = field(default_factory=list)
+
+    def limit_s(self, cap_s: float) -> float:
+        """The time limit of the next solve: ``cap_s`` or what is left, if less (then the
+        diagnosis is marked incomplete, since that solve may not finish)."""
+        left_s = self.deadline - time.perf_counter()
+        if left_s < cap_s:
+            self.incomplete = True
+        return max(MIN_SOLVE_S, min(cap_s, left_s))
+
+    def out_of_time(self) -> bool:
+        """Whether the deadline has passed (the diagnosis is then incomplete)."""
+        if time.perf_counter() >= self.deadline:
+            self.incomplete = True
+            return True
+        return False
 
     def space(
         self, system: SystemSpec | None = None, gpus: int | None = -1, prune: bool = True, **extra
@@ -236,6 +279,7 @@ class _Session:
             job or self.ctx.job,
             gpus or self.gpus,
             pins=self.pins if pins is None else pins,
+            time_limit_s=self.limit_s(CHECK_TIME_LIMIT_S),
             **self.limits,
         )
 
@@ -246,10 +290,15 @@ class _Session:
         remaining families on (the others dropped), which CP-SAT proves infeasible much faster
         than the same question asked through assumptions (one worker, restricted presolve)."""
         space = self.space(prune=False)
-        built = self.build(space, assumptions=True)
+        try:
+            built = self.build(space, assumptions=True)
+        except ModelTooLarge:  # the plan's own (pruned) space was small enough
+            self.incomplete = True
+            space = self.space()
+            built = self.build(space, assumptions=True)
         built.model.ClearObjective()
         families = {name: f.label for name, f in built.variables.families.items()}
-        solver, status = solve(built, CHECK_TIME_LIMIT_S, presolve=False)
+        solver, status = solve(built, self.limit_s(CHECK_TIME_LIMIT_S), presolve=False)
         if status == cp_model.INFEASIBLE:
             by_index = {f.literal.Index(): n for n, f in built.variables.families.items()}
             core = [
@@ -263,9 +312,12 @@ class _Session:
         def infeasible(names: list[str]) -> bool:
             trial = self.build(space, dropped=frozenset(families) - set(names))
             trial.model.ClearObjective()
-            return solve(trial, CHECK_TIME_LIMIT_S, presolve=False)[1] == cp_model.INFEASIBLE
+            limit_s = self.limit_s(CHECK_TIME_LIMIT_S)
+            return solve(trial, limit_s, presolve=False)[1] == cp_model.INFEASIBLE
 
         for name in list(core):
+            if self.out_of_time():  # the core found so far conflicts, maybe not minimally
+                break
             remaining = [n for n in core if n != name]
             if remaining and infeasible(remaining):
                 core = remaining
@@ -274,6 +326,8 @@ class _Session:
     def quantify(self, family: str, label: str) -> Conflict:
         """What the family limits, with the family dropped and that quantity minimised."""
         ctx = self.ctx
+        if self.out_of_time():
+            return Conflict(family=family, label=label, detail="not quantified (time limit)")
         if family == "hbm" or family.startswith("offload"):
             least = self.least_memory(family)
             if least is None:
@@ -368,7 +422,13 @@ class _Session:
         """The best the problem can do without the target."""
         free = functools.partial(self.plan_fn, target=None)
         result = free(
-            self.ctx.model, self.ctx.system, self.ctx.job, self.gpus, pins=self.pins, **self.limits
+            self.ctx.model,
+            self.ctx.system,
+            self.ctx.job,
+            self.gpus,
+            pins=self.pins,
+            time_limit_s=self.limit_s(CHECK_TIME_LIMIT_S),
+            **self.limits,
         )
         if result.strategy is None:
             return "no strategy fits even without the target"
@@ -383,13 +443,17 @@ class _Session:
         """(GiB per GPU, strategy): the least HBM (usable) or offload-tier capacity any strategy
         needs, with that tier's fit family dropped."""
         ctx = CostContext(self.ctx.model, system, self.ctx.job) if system else self.ctx
-        built = self.build(self.space(system=system), ctx=ctx, dropped=frozenset({family}))
+        try:
+            built = self.build(self.space(system=system), ctx=ctx, dropped=frozenset({family}))
+        except ModelTooLarge:
+            self.incomplete = True
+            return None
         need = (
             built.needs.hbm
             if family == "hbm"
             else built.needs.offload[int(family.removeprefix("offload")) - 1]
         )
-        least, solver, status = minimize_then_fix(built, need, CHECK_TIME_LIMIT_S)
+        least, solver, status = minimize_then_fix(built, need, self.limit_s(CHECK_TIME_LIMIT_S))
         if least is None or status not in SOLVED:
             return None
         return least * built.needs.unit_bytes / BYTES_PER_GIB, decode(built, solver)
@@ -407,9 +471,14 @@ class _Session:
             )
             node = system.gpus_per_node
             multiple = node if self.gpus % node == 0 else 1
-            built = self.build(self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple))
+            try:
+                built = self.build(self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple))
+            except ModelTooLarge:  # a free GPU count adds dp to every dp-dependent table
+                self.incomplete = True
+                self.fewest_cache.append(None)
+                return None
             built.model.Minimize(built.variables.log_gpu_count())
-            solver, status = solve(built, FEWEST_GPUS_TIME_LIMIT_S, presolve=False)
+            solver, status = solve(built, self.limit_s(FEWEST_GPUS_TIME_LIMIT_S), presolve=False)
             if status in SOLVED:
                 least = decode(built, solver).gpus
                 result = self.replan(gpus=least)
@@ -423,13 +492,13 @@ class _Session:
         ctx = self.ctx
         system, job = ctx.system, ctx.job
         found: list[Relaxation] = []
-        fewest = self.fewest_gpus()
+        fewest = None if self.out_of_time() else self.fewest_gpus()
         if fewest and fewest[0] != self.gpus:
             which = "the fewest that fit" if fewest[2] else "the fewest found; not proven minimal"
             found.append(
                 _verified("gpus", f"{fewest[0]} GPUs ({which})", fewest[0], "GPUs", fewest[1])
             )
-        if "hbm" in core:
+        if "hbm" in core and not self.out_of_time():
             least = self.least_memory("hbm")
             if least is not None:
                 capacity = math.ceil(least[0] / job.hbm_usable_fraction * 10) / 10
@@ -443,12 +512,13 @@ class _Session:
                         self.replan(system=bigger),
                     )
                 )
-        if "hbm" in core or any(name.startswith("offload") for name in core):
+        memory = "hbm" in core or any(name.startswith("offload") for name in core)
+        if memory and not self.out_of_time():
             found.extend(self.offload_relaxations(core))
         pinned = [name.removeprefix("pin:") for name in core if name.startswith("pin:")]
         if pinned:
             found.append(self.drop_pins(pinned))
-        if "placement" in core:
+        if "placement" in core and not self.out_of_time():
             across = system.model_copy(update={"tp_across_domain": True})
             found.append(
                 _verified(
@@ -524,6 +594,8 @@ class _Session:
         batch = self.ctx.job.global_batch
         candidates = sorted({math.ceil(batch / d) * d for d in divisors(self.gpus)} - {batch})
         for candidate in [c for c in candidates if c > batch][:MAX_BATCH_TRIES]:
+            if self.out_of_time():
+                break
             result = self.replan(job=self.ctx.job.model_copy(update={"global_batch": candidate}))
             if result.strategy is not None:
                 return [

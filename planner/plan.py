@@ -104,7 +104,17 @@ def plan(
     started = time.perf_counter()
     if pin_conflicts(model_spec, system_spec, job, gpus, pins):
         return _infeasible(
-            None, model_spec, system_spec, job, gpus, pins, limits, diagnose, started, target
+            None,
+            model_spec,
+            system_spec,
+            job,
+            gpus,
+            pins,
+            limits,
+            diagnose,
+            started,
+            target,
+            time_limit_s,
         )
     space = build_search_space(model_spec, system_spec, job, gpus, pins, **limits)
     built = build_plan_model(ctx, space, target=target)
@@ -113,7 +123,17 @@ def plan(
     report = _report(built, solver, status, time.perf_counter() - started, build_time, space)
     if status == cp_model.INFEASIBLE:
         return _infeasible(
-            report, model_spec, system_spec, job, gpus, pins, limits, diagnose, started, target
+            report,
+            model_spec,
+            system_spec,
+            job,
+            gpus,
+            pins,
+            limits,
+            diagnose,
+            started,
+            target,
+            time_limit_s,
         )
     if status not in SOLVED:
         return Plan(status=report.status, strategy=None, estimate=None, solver=report)
@@ -167,12 +187,24 @@ STATUS_NAMES: dict[int, Status] = {
 }
 
 
-def _infeasible(report, model, system, job, gpus, pins, limits, diagnose, started, target) -> Plan:
+def _infeasible(
+    report, model, system, job, gpus, pins, limits, diagnose, started, target, time_limit_s
+) -> Plan:
+    """No strategy: the diagnosis, within what is left of ``time_limit_s``."""
     diagnosis = None
     if diagnose:
         verify = functools.partial(plan, diagnose=False, target=target)
         diagnosis = run_diagnosis(
-            model, system, job, gpus, pins, verify, limits, target, fixes=diagnose != "conflict"
+            model,
+            system,
+            job,
+            gpus,
+            pins,
+            verify,
+            limits,
+            target,
+            fixes=diagnose != "conflict",
+            time_limit_s=max(0.0, time_limit_s - (time.perf_counter() - started)),
         )
     if report is not None:
         report.wall_time_s = time.perf_counter() - started

@@ -341,6 +341,11 @@ def print_diagnosis(console: Console, result) -> None:
             "was found to make it feasible."
         )
     console.print(f"[dim]diagnosis took {diagnosis.wall_time_s:.1f} s[/]")
+    if not diagnosis.complete:
+        console.print(
+            "[yellow]The time limit ran out during the diagnosis:[/] the conflict may not be "
+            "minimal and some fixes were not searched for; raise --time-limit for the rest."
+        )
 
 
 def print_min_hardware(console: Console, result, model: ModelSpec, system: SystemSpec, job) -> None:

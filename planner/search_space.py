@@ -139,17 +139,18 @@ def build_search_space(
         tp_values = tuple(divisors(gpus))
         pp_values = tuple(p for p in divisors(gpus) if p <= model.layers)
         dp_values = tuple(divisors(math.gcd(gpus, job.global_batch)))
-    if prune:
-        domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
-        tp_values = tuple(
-            t
-            for t in tp_values
-            if model.heads % t == 0
+    domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
+    tp_values = _keep_allowed(
+        tp_values,
+        lambda t: (
+            model.heads % t == 0
             and model.ffn_hidden % t == 0
             and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
             and (system.tp_across_domain or domain is None or t <= domain)
-        )
-        pp_values = tuple(p for p in pp_values if model.layers % p == 0)
+        ),
+        prune,
+    )
+    pp_values = _keep_allowed(pp_values, lambda p: model.layers % p == 0, prune)
     recompute = (0, 2) if job.attention == "flash" and "recompute" not in pins else (0, 1, 2)
     domains: dict[str, tuple[int, ...]] = {
         "tp": tp_values,
@@ -183,6 +184,21 @@ def build_search_space(
         max_gpus=limit,
         gpu_multiple=gpu_multiple,
     )
+
+
+UNPRUNED_EXTRA_VALUES = 4
+"""Without pruning, a knob keeps every allowed value and this many of the values the rules
+forbid (the smallest): enough for a conflict to name the rule, while the model stays the size of
+the pruned one (all 240 divisors of 720,720 as tp candidates made a diagnosis model of millions
+of table entries that CP-SAT could not even load within its time limit)."""
+
+
+def _keep_allowed(values: tuple[int, ...], allowed, prune: bool) -> tuple[int, ...]:
+    """The values the rule ``allowed`` admits; without ``prune``, also a few it forbids."""
+    kept = [v for v in values if allowed(v)]
+    if not prune:
+        kept += [v for v in values if not allowed(v)][:UNPRUNED_EXTRA_VALUES]
+    return tuple(sorted(kept))
 
 
 def canonical_mask(
