@@ -1,0 +1,267 @@
+"""Fuzzing the two doors a user comes in by: argument lists for every subcommand, and model,
+system, study and dataset files (malformed YAML/JSON, wrong types, negative, zero and huge
+values, unknown fields, YAML alias bombs, ``!!python/object`` tags).
+
+Whatever comes in, planner answers with a documented exit code (0 ok, 2 bad input, 3
+infeasible, 4 time limit; never 1, an internal error, or an escaped exception), a bad input with
+exactly one line on stderr, and within 10 s. CI runs a small derandomized share; ``python
+benchmarks/fuzz.py`` runs thousands of examples and prints the totals
+(``PLANNER_FUZZ_EXAMPLES`` sets the count, ``PLANNER_FUZZ_TOTALS`` a JSON file for the totals).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hardware_catalog
+from planner.cli import main
+from planner.validation import load_dataset
+
+EXAMPLES = int(os.environ.get("PLANNER_FUZZ_EXAMPLES", "40"))
+MAX_RUN_S = 10.0
+TOTALS: Counter[str] = Counter()
+
+FUZZ_SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+PLAIN = ["1", "2", "4", "8", "16", "64", "96", "1024", "4096", "0.5", "0.9", "1.5"]
+NASTY = [
+    "0", "-1", "3", "7", "65536", "1e-9", "1e9", "1e30", "1e400", "-1e400", "inf", "-inf", "nan",
+    "9223372036854775807", "99999999999999999999999999", "1048576", "1048577", "0x10", "1_000",
+    "", " ", "abc", "٣",
+]  # fmt: skip
+NUMBERS = PLAIN * 4 + NASTY
+"""Values for numeric flags: mostly ordinary (so that runs get past validation into the
+solver), else edge, huge, non-finite and not numbers at all."""
+
+MODELS = ["gpt3-1.3b", "llama3-8b", "gpt3-175b", "megatron-1t", "mt-128t"] * 3 + ["nope", ""]
+SYSTEMS = ["dgx-h100", "dgx-a100-80g", "h100-offload-512g", "frontier", "mi300x"] * 3 + ["nope"]
+
+PROBLEM_FLAGS = {
+    "--gpus": NUMBERS,
+    "--global-batch": NUMBERS,
+    "--seq-len": NUMBERS,
+    "--precision": ["bf16", "fp8", "fp4"],
+    "--grad-dtype": ["fp32", "bf16", "int8"],
+    "--attention": ["flash", "materialized", "x"],
+    "--train-tokens": NUMBERS,
+    "--hbm-reserve-gib": NUMBERS,
+    "--hbm-usable-fraction": NUMBERS,
+}
+STRATEGY_FLAGS = {
+    "--tp": NUMBERS,
+    "--pp": NUMBERS,
+    "--dp": NUMBERS,
+    "--micro-batch": NUMBERS,
+    "--interleave": NUMBERS,
+    "--recompute": ["none", "selective", "full", "all"],
+    "--zero-stage": ["0", "1", "2", "3", "4", "-1"],
+    "--offload-weights": NUMBERS,
+    "--offload-activations": NUMBERS,
+    "--offload-optimizer": NUMBERS,
+}
+PIN_KNOBS = ("tp", "pp", "dp", "micro_batch", "zero_stage", "recompute", "x")
+PINS = [f"{k}={v}" for k in PIN_KNOBS for v in ("0", "1", "3", "8", "full", "1e400")]
+PINS += [f"tp={n}" for n in NUMBERS] + ["tp", "=8", "sequence_parallel=maybe"]
+TARGET_FLAGS = {"--max-step-time": NUMBERS, "--min-mfu": NUMBERS}
+SWITCHES = ["--json", "--sequence-parallel", "--no-dp-overlap", "--tp-overlap"]
+
+
+def _flags(table: dict[str, list[str]]) -> st.SearchStrategy[list[str]]:
+    pairs = st.lists(
+        st.sampled_from(sorted(table)).flatmap(
+            lambda flag: st.sampled_from(table[flag]).map(lambda value: [flag, value])
+        ),
+        max_size=4,
+    )
+    return pairs.map(lambda chunks: [token for chunk in chunks for token in chunk])
+
+
+def _problem(command: str, extra: dict[str, list[str]]) -> st.SearchStrategy[list[str]]:
+    return st.tuples(
+        st.sampled_from(MODELS),
+        st.sampled_from(SYSTEMS),
+        st.sampled_from(["8", "64", "1024"] * 8 + NUMBERS),
+        st.sampled_from(["64", "1536"] * 8 + NUMBERS),
+        _flags({**PROBLEM_FLAGS, **extra}),
+        st.lists(st.sampled_from(SWITCHES), max_size=2),
+    ).map(
+        lambda t: (
+            [command, "--model", t[0], "--system", t[1], "--gpus", t[2]]
+            + ["--global-batch", t[3], *t[4], *t[5]]
+        )
+    )
+
+
+PLAN = _problem(
+    "plan", {**TARGET_FLAGS, "--top": NUMBERS, "--max-micro-batch": NUMBERS, "--pin": PINS}
+)
+MIN_HARDWARE = st.tuples(
+    _problem("min-hardware", {**TARGET_FLAGS, "--max-days": NUMBERS, "--max-gpus": NUMBERS}),
+    st.sampled_from(["gpus", "hbm", "offload-capacity", "scale-out-bandwidth", "cost", "x"]),
+).map(lambda t: [*t[0], "--minimize", t[1]])
+ARGV = st.one_of(
+    st.lists(st.sampled_from(["catalog", "systems", "models", "show", "dgx-h100", "x", "--json"])),
+    _problem("evaluate", STRATEGY_FLAGS),
+    PLAN,
+    PLAN,
+    MIN_HARDWARE,
+    MIN_HARDWARE,
+    st.lists(st.sampled_from(["validate", "calibrate", "--system", "dgx-h100", "--free", "x"])),
+    st.lists(st.text(max_size=12), max_size=4),
+)
+
+
+def _check(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    started = time.perf_counter()
+    code = main(argv)
+    elapsed_s = time.perf_counter() - started
+    out, err = capsys.readouterr()
+    TOTALS[f"exit {code}"] += 1
+    TOTALS["inputs"] += 1
+    assert code in (0, 2, 3, 4), (argv, err)
+    assert "Traceback" not in out + err, argv
+    if code == 2:
+        assert err.startswith("planner: error: ") and err.count("\n") == 1, (argv, err)
+    assert elapsed_s <= MAX_RUN_S, (argv, elapsed_s)
+
+
+def _limited(argv: list[str]) -> list[str]:
+    """Solving commands get a short solver time limit (a 60 s default would be by design)."""
+    if argv and argv[0] in ("plan", "min-hardware"):
+        return [*argv, "--time-limit", "2"]
+    return argv
+
+
+@FUZZ_SETTINGS
+@given(argv=ARGV)
+def test_any_argument_list(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    _check(_limited(argv), capsys)
+
+
+# -- files ---------------------------------------------------------------------------------
+JUNK_VALUES = st.one_of(
+    st.sampled_from([0, -1, -1e30, 1e30, 10**30, 2**63, float("nan"), "", "x", None, True]),
+    st.sampled_from([[], {}, [1, 2], {"a": 1}, "inf", "1e400", 0.5, 3]),
+)
+RAW_FILES = [
+    "a: [1, 2\n",
+    "{not: json",
+    "- just\n- a list\n",
+    "hidden: !!python/object/apply:os.system ['true']\n",
+    "? complex key\n: value\n",
+    "\x00\x01\x02",
+    "a: &a ['x','x','x','x','x','x','x','x','x','x']\n"
+    + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n"
+        for p, c in zip("abcdef", "bcdefg", strict=True)
+    )
+    + "name: *g\n",
+    "[" * 5000 + "]" * 5000,
+]
+
+
+def _mutations(base: dict) -> st.SearchStrategy[dict]:
+    """A valid spec with one to three fields replaced, removed or added (nested ones too)."""
+
+    def mutate(data: dict, edits: list[tuple[int, int, object]]) -> dict:
+        data = json.loads(json.dumps(data))
+        for where, action, value in edits:
+            target = data
+            for _ in range(where % 3):  # sometimes reach into a nested mapping or list
+                nested = [v for v in target.values() if isinstance(v, dict | list)]
+                if not nested:
+                    break
+                child = nested[where % len(nested)]
+                target = child if isinstance(child, dict) else (child[0] if child else {})
+                if not isinstance(target, dict):
+                    break
+            if not isinstance(target, dict) or not target:
+                continue
+            key = sorted(target)[where % len(target)]
+            if action == 0:
+                target[key] = value
+            elif action == 1:
+                del target[key]
+            else:
+                target[f"unknown_{key}"] = value
+        return data
+
+    edits = st.lists(
+        st.tuples(st.integers(0, 50), st.integers(0, 2), JUNK_VALUES), min_size=1, max_size=3
+    )
+    return edits.map(lambda e: mutate(base, e))
+
+
+STUDY = {
+    "name": "fuzz",
+    "models": ["gpt3-1.3b"],
+    "systems": ["dgx-h100"],
+    "gpus": [8],
+    "global_batch": 64,
+}
+
+
+@pytest.fixture(scope="module")
+def bases() -> dict[str, dict]:
+    dataset = load_dataset().model_dump(mode="json", exclude_defaults=True)
+    return {
+        "model": hardware_catalog.load_model("gpt3-1.3b").model_dump(mode="json"),
+        "system": hardware_catalog.load_system("dgx-h100").model_dump(mode="json"),
+        "study": STUDY,
+        "dataset": {**dataset, "runs": dataset["runs"][:2]},
+    }
+
+
+def _command(kind: str, path: Path, out: Path) -> list[str]:
+    problem = ["--gpus", "8", "--global-batch", "64", "--dp", "8"]
+    if kind == "model":
+        return ["evaluate", "--model", str(path), "--system", "dgx-h100", *problem]
+    if kind == "system":
+        return ["evaluate", "--model", "gpt3-1.3b", "--system", str(path), *problem]
+    if kind == "study":
+        return ["sweep", str(path), "--out", str(out)]
+    return ["validate", "--dataset", str(path)]
+
+
+@FUZZ_SETTINGS
+@given(
+    kind=st.sampled_from(["model", "system", "study", "dataset"]),
+    data=st.data(),
+    suffix=st.sampled_from([".yaml", ".json"]),
+)
+def test_any_spec_file(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    bases: dict[str, dict],
+    kind: str,
+    data: st.DataObject,
+    suffix: str,
+) -> None:
+    if data.draw(st.booleans()):
+        text = data.draw(st.sampled_from(RAW_FILES))
+    else:
+        content = data.draw(_mutations(bases[kind]))
+        text = json.dumps(content) if suffix == ".json" else yaml.safe_dump(content)
+    path = tmp_path / f"{kind}{suffix}"
+    path.write_text(text, encoding="utf-8")
+    _check(_command(kind, path, tmp_path / "out"), capsys)
+
+
+def teardown_module() -> None:
+    """Write the totals where benchmarks/fuzz.py asked for them."""
+    target = os.environ.get("PLANNER_FUZZ_TOTALS")
+    if target:
+        Path(target).write_text(json.dumps(dict(TOTALS)), encoding="utf-8")
