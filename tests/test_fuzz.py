@@ -11,6 +11,7 @@ benchmarks/fuzz.py`` runs thousands of examples and prints the totals
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -180,8 +181,9 @@ def _mutations(base: dict) -> st.SearchStrategy[dict]:
     """A valid spec with one to three fields replaced, removed or added (nested ones too)."""
 
     def mutate(data: dict, edits: list[tuple[int, int, object]]) -> dict:
-        data = json.loads(json.dumps(data))
-        for where, action, value in edits:
+        data = copy.deepcopy(data)
+        for where, action, shared in edits:
+            value = copy.deepcopy(shared)  # a junk value may be drawn again: never alias it
             target = data
             for _ in range(where % 3):  # sometimes reach into a nested mapping or list
                 nested = [v for v in target.values() if isinstance(v, dict | list)]
