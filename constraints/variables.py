@@ -101,7 +101,7 @@ class Variables:
 
     def always_on(self, name: str) -> bool:
         """Whether family ``name`` will be fixed true in this model (so its bound may be
-        written into variable domains, which presolve propagates better)."""
+        written into variable domains, which the solver propagates better)."""
         return self.relaxable is not None and name not in self.relaxable
 
     def family(self, name: str, label: str) -> cp_model.IntVar:

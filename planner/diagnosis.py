@@ -288,7 +288,7 @@ class _Session:
         """An irreducible set of (family, label) that admits no strategy: CP-SAT's sufficient
         assumptions, shrunk by deletion. Each deletion check builds the model with only the
         remaining families on (the others dropped), which CP-SAT proves infeasible much faster
-        than the same question asked through assumptions (one worker, restricted presolve)."""
+        than the same question asked through assumptions (one worker, no presolve)."""
         space = self.space(prune=False)
         try:
             built = self.build(space, assumptions=True)
@@ -298,7 +298,7 @@ class _Session:
             built = self.build(space, assumptions=True)
         built.model.ClearObjective()
         families = {name: f.label for name, f in built.variables.families.items()}
-        solver, status = solve(built, self.limit_s(CHECK_TIME_LIMIT_S), presolve=False)
+        solver, status = solve(built, self.limit_s(CHECK_TIME_LIMIT_S))
         if status == cp_model.INFEASIBLE:
             by_index = {f.literal.Index(): n for n, f in built.variables.families.items()}
             core = [
@@ -313,7 +313,7 @@ class _Session:
             trial = self.build(space, dropped=frozenset(families) - set(names))
             trial.model.ClearObjective()
             limit_s = self.limit_s(CHECK_TIME_LIMIT_S)
-            return solve(trial, limit_s, presolve=False)[1] == cp_model.INFEASIBLE
+            return solve(trial, limit_s)[1] == cp_model.INFEASIBLE
 
         for name in list(core):
             if self.out_of_time():  # the core found so far conflicts, maybe not minimally
@@ -478,7 +478,7 @@ class _Session:
                 self.fewest_cache.append(None)
                 return None
             built.model.Minimize(built.variables.log_gpu_count())
-            solver, status = solve(built, self.limit_s(FEWEST_GPUS_TIME_LIMIT_S), presolve=False)
+            solver, status = solve(built, self.limit_s(FEWEST_GPUS_TIME_LIMIT_S), lp_fallback=False)
             if status in SOLVED:
                 least = decode(built, solver).gpus
                 result = self.replan(gpus=least)

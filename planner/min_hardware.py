@@ -282,7 +282,7 @@ class _Query:
             )
             built.model.AddMultiplicationEquality(product, [count, built.steps.step])
             built.model.Minimize(product)
-        solver, status = solve(built, self.time_limit_s, presolve=False)
+        solver, status = solve(built, self.time_limit_s, lp_fallback=False)
         if status not in SOLVED:
             if status == cp_model.INFEASIBLE:
                 return self.infeasible(gpus=min(bound, 1 << 20))
@@ -324,7 +324,7 @@ class _Query:
         built = build_plan_model(ctx, space, dropped=frozenset({family}), target=self.target)
         need = built.needs.hbm if family == "hbm" else built.needs.offload[0]
         built.model.Minimize(need)
-        solver, status = solve(built, self.time_limit_s, presolve=False)
+        solver, status = solve(built, self.time_limit_s, lp_fallback=False)
         if status not in SOLVED:
             if status == cp_model.INFEASIBLE:
                 return self.infeasible(system=system)
@@ -363,7 +363,7 @@ class _Query:
         space = replace(space, domains=domains, hardware={knob: grid})
         built = build_plan_model(self.ctx, space, target=self.target)
         built.model.Minimize(built.variables.index(knob))
-        solver, status = solve(built, self.time_limit_s, presolve=False)
+        solver, status = solve(built, self.time_limit_s, lp_fallback=False)
         if status not in SOLVED:
             top = with_bandwidth(self.system, knob, grid[-1])
             if status == cp_model.INFEASIBLE:

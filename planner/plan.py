@@ -146,9 +146,7 @@ def plan(
             break
         _exclude(built, ranked[-1])
         _warm_start(built, last)
-        # Re-solves skip presolve: the model is already small and presolve dominated their
-        # time (--top 50 on the README's main job: 4.5 s → 2.6 s).
-        last, next_status = solve(built, remaining_s, workers, presolve=False)
+        last, next_status = solve(built, remaining_s, workers)
         if next_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         ranked.append(decode(built, last))

@@ -3,6 +3,8 @@ strategy, and minimising a hardware quantity."""
 
 from __future__ import annotations
 
+import time
+
 from ortools.sat.python import cp_model
 
 from constraints import PlanModel
@@ -15,35 +17,92 @@ DEFAULT_SEED = 0
 SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
+FIRST_PHASE_DETERMINISTIC_S = 2.0
+"""Work budget of the propagation-only first phase, in CP-SAT's deterministic time units
+(about a second of this machine's time; deterministic, so the phase ends at the same point on
+any machine and the answer does not depend on load)."""
+
+
 def solve(
     built: PlanModel,
     time_limit_s: float = 60.0,
     workers: int = DEFAULT_WORKERS,
-    presolve: bool = True,
+    lp_fallback: bool = True,
 ) -> tuple[cp_model.CpSolver, int]:
-    """Solve with fixed seed; one worker by default (deterministic). Presolve runs one round
-    without probing, SAT inprocessing and the LP relaxation are off: on these models (small,
-    element-table heavy) propagation alone proves optimality, and the rest cost 2-3× the time
-    (parameter sweep over eight benchmark scenarios: median 0.54 s → 0.24 s). Models with a
-    free GPU count, or a hardware quantity to minimise, solve faster without presolve
-    (megatron-1t fewest-GPU query: 4.9 s → 0.6 s; mt-11t least-HBM 0.35 s → 0.08 s; an 81-level
-    offload-bandwidth grid 58 s (time limit) → 2.4 s), hence ``presolve``."""
+    """Solve with fixed seed; one worker by default (deterministic), in two phases (one
+    without ``lp_fallback``).
+
+    Both phases skip presolve, probing and SAT inprocessing: on these models (small,
+    element-table heavy) propagation proves optimality, and presolve expands the element
+    tables into thousands of Booleans (2.5 s of a 3.4 s solve for a gpt3-175b problem on a
+    perturbed GB200). Phase 1 also leaves the LP relaxation off, and stops after
+    FIRST_PHASE_DETERMINISTIC_S of work. Phase 2 runs only if phase 1 left the answer
+    unproven: with the LP relaxation (linearization level 1), hinted with phase 1's best
+    solution, for the rest of ``time_limit_s``. Propagation alone can find no useful bound on
+    some problems (mt-7t on the poster's system, 16,384 GPUs, bf16 gradients: gap 100 % after
+    60 s) that the LP proves in 0.15 s, while the LP always on slows others down.
+
+    benchmarks/latency_battery.py (300 random instances, seed 2, and the multi-trillion
+    study's 96), per plan: presolve on, LP off: 99.7 % proven, p99 0.61 s, max 10 s (the limit);
+    presolve on, two phases: 100 %, p99 0.62 s, max 3.4 s; presolve off, two phases (this):
+    100 %, p50 0.029 s, p99 0.16 s, max 0.89 s. benchmarks/plan_latency.py --quick (41 catalog
+    problems): median 0.067 s → 0.038 s, worst 0.22 s → 0.10 s without presolve.
+
+    Minimum-hardware objectives (a GPU count, a capacity, a grid level) take longer than the
+    first phase without being stuck, and the LP does not speed them up: they solve in one
+    phase, ``lp_fallback=False`` (benchmarks/min_hardware_latency.py: gpt3-175b fewest GPUs
+    4.5 s in one phase, 9.3 s in two)."""
+    started = time.perf_counter()
+    first_phase = FIRST_PHASE_DETERMINISTIC_S if lp_fallback else None
+    solver, status = _run(built, time_limit_s, workers, 0, first_phase)
+    left_s = time_limit_s - (time.perf_counter() - started)
+    if not lp_fallback or status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or left_s <= 0:
+        return solver, status
+    hinted = status == cp_model.FEASIBLE
+    if hinted:
+        _hint(built, solver)
+    second, second_status = _run(built, left_s, workers, 1, None)
+    if hinted:
+        built.model.ClearHints()
+    if second_status == cp_model.UNKNOWN and status == cp_model.FEASIBLE:
+        return solver, status  # phase 2 found nothing better in time: keep phase 1's answer
+    return second, second_status
+
+
+def _run(
+    built: PlanModel,
+    time_limit_s: float,
+    workers: int,
+    linearization: int,
+    work_limit: float | None,
+) -> tuple[cp_model.CpSolver, int]:
+    """One CP-SAT run; ``work_limit`` in deterministic time units, if any."""
     solver = cp_model.CpSolver()
     parameters = solver.parameters
     parameters.max_time_in_seconds = time_limit_s
+    if work_limit is not None:
+        parameters.max_deterministic_time = work_limit
     parameters.num_workers = workers
     parameters.random_seed = DEFAULT_SEED
+    parameters.cp_model_presolve = False
     parameters.cp_model_probing_level = 0
     parameters.use_sat_inprocessing = False
-    parameters.max_presolve_iterations = 1
-    parameters.linearization_level = 0
-    parameters.cp_model_presolve = presolve
+    parameters.linearization_level = linearization
     status = solver.Solve(built.model)
     if status == cp_model.MODEL_INVALID:
         # Input ranges (planner.limits) keep every coefficient inside 64 bits; reaching this is
         # a bug, reported as one line rather than as a silent "unknown".
         raise InternalError(f"the CP-SAT model is invalid: {built.model.Validate()}")
     return solver, status
+
+
+def _hint(built: PlanModel, solver: cp_model.CpSolver) -> None:
+    """Hint every variable with its value in the solver's best solution."""
+    model = built.model
+    model.ClearHints()
+    for index in range(len(model.Proto().variables)):
+        variable = model.GetIntVarFromProtoIndex(index)
+        model.AddHint(variable, solver.Value(variable))
 
 
 def decode(built: PlanModel, solver: cp_model.CpSolver) -> Strategy:
@@ -57,7 +116,7 @@ def minimize_then_fix(
     strategy reported for a minimum is the fastest one that achieves it). Returns the minimum
     (None if none), and the second solve."""
     built.model.Minimize(quantity)
-    solver, status = solve(built, time_limit_s)
+    solver, status = solve(built, time_limit_s, lp_fallback=False)
     if status not in SOLVED:
         return None, solver, status
     least = int(solver.Value(quantity))
