@@ -1,5 +1,9 @@
 """The built-in catalog: systems (``systems/*.yaml``) and model presets (``models/*.yaml``).
 
+Every data file of the package (these and ``calibration/``) is read through
+``importlib.resources`` (``CATALOG``), never a path relative to the source tree, so an installed
+wheel reads the same files as a checkout; pyproject.toml's package-data ships them all.
+
 Each file is a spec of the same shape a user can write (planner.specs); every number in a
 catalog file carries its source in the file's ``sources`` mapping. Names are case-insensitive
 and aliases are accepted; an unknown name gets a "did you mean" suggestion. A name that is a path
@@ -11,6 +15,8 @@ from __future__ import annotations
 import difflib
 import json
 from functools import cache
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,23 +26,29 @@ from pydantic import BaseModel, ValidationError
 from planner.errors import InputError, describe_validation_error
 from planner.specs import ModelSpec, SystemSpec
 
-CATALOG_DIR = Path(__file__).resolve().parent
+CATALOG: Traversable = files(__name__)
+"""The package's data as an importlib.resources tree: ``CATALOG / "systems" / "dgx-h100.yaml"``."""
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
-def read_spec_file(path: Path, spec_type: type[SpecT], what: str) -> SpecT:
-    """Load a YAML or JSON file into ``spec_type``; every failure is an InputError (one line)."""
+def read_spec_file(path: Traversable, spec_type: type[SpecT], what: str) -> SpecT:
+    """Load a YAML or JSON file (a user's ``Path`` or a packaged resource) into ``spec_type``;
+    every failure is an InputError (one line). Reads at most MAX_SPEC_FILE_BYTES + 1 bytes."""
     where = f"{what} file {str(path)!r}"
     try:
-        if path.stat().st_size > MAX_SPEC_FILE_BYTES:
-            raise InputError(f"{where}: larger than {MAX_SPEC_FILE_BYTES >> 20} MiB")
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_SPEC_FILE_BYTES + 1)
     except OSError as error:
         raise InputError(f"{where}: cannot read ({error.strerror})") from None
+    if len(raw) > MAX_SPEC_FILE_BYTES:
+        raise InputError(f"{where}: larger than {MAX_SPEC_FILE_BYTES >> 20} MiB")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{where}: not a UTF-8 text file") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=SAFE_LOADER)
+        is_json = path.name.endswith(".json")
+        data = json.loads(text) if is_json else yaml.load(text, Loader=SAFE_LOADER)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InputError(f"{where}: not valid YAML/JSON ({first_line})") from None
@@ -80,18 +92,20 @@ def _node_count(data: object, limit: int) -> int:
 
 
 @cache
-def _entries(kind: str) -> dict[str, Path]:
-    """Map every lower-case name and alias of the catalog kind ('systems'/'models') to its file."""
-    table: dict[str, Path] = {}
-    for path in sorted((CATALOG_DIR / kind).glob("*.yaml")):
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-        for name in (data["name"], *data.get("aliases", ())):
-            table[str(name).lower()] = path
+def _entries(kind: str) -> dict[str, str]:
+    """Map every lower-case name and alias of the catalog kind ('systems'/'models') to its file's
+    name in ``CATALOG / kind``."""
+    table: dict[str, str] = {}
+    for entry in (CATALOG / kind).iterdir():
+        if entry.name.endswith(".yaml"):
+            data = yaml.load(entry.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+            for name in (data["name"], *data.get("aliases", ())):
+                table[str(name).lower()] = entry.name
     return table
 
 
 def _names(kind: str) -> list[str]:
-    return sorted(path.stem for path in set(_entries(kind).values()))
+    return sorted(file_name.removesuffix(".yaml") for file_name in set(_entries(kind).values()))
 
 
 def system_names() -> list[str]:
@@ -111,20 +125,20 @@ def _looks_like_path(name: str) -> bool:
 def _resolve(kind: str, name: str, spec_type: type[SpecT], what: str) -> SpecT:
     if _looks_like_path(name):
         return read_spec_file(Path(name), spec_type, what)
-    path = _entries(kind).get(name.strip().lower())
-    if path is None:
+    file_name = _entries(kind).get(name.strip().lower())
+    if file_name is None:
         close = difflib.get_close_matches(name.lower(), _entries(kind).keys(), n=3, cutoff=0.5)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise InputError(
             f"{what} {name!r} is not in the catalog; {hint}"
             f"see `planner catalog {kind}`, or pass a path to a YAML/JSON spec file"
         )
-    return _load_catalog_file(path, spec_type, what)
+    return _load_catalog_file(kind, file_name, spec_type, what)
 
 
 @cache
-def _load_catalog_file(path: Path, spec_type: type[SpecT], what: str) -> SpecT:
-    return read_spec_file(path, spec_type, what)
+def _load_catalog_file(kind: str, file_name: str, spec_type: type[SpecT], what: str) -> SpecT:
+    return read_spec_file(CATALOG / kind / file_name, spec_type, what)
 
 
 def load_system(name: str) -> SystemSpec:

@@ -21,7 +21,7 @@ from planner.errors import InputError
 from planner.rules import strategy_violations
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
-BUNDLED_DATASET = hardware_catalog.CATALOG_DIR / "calibration" / "published_runs.yaml"
+BUNDLED_DATASET = hardware_catalog.CATALOG / "calibration" / "published_runs.yaml"
 
 
 class MeasuredRun(BaseModel):
@@ -75,7 +75,8 @@ class Validation(BaseModel):
 
 def load_dataset(path: str | Path | None = None) -> Dataset:
     """The bundled dataset, or a user's file."""
-    return hardware_catalog.read_spec_file(Path(path or BUNDLED_DATASET), Dataset, "dataset")
+    source = Path(path) if path else BUNDLED_DATASET
+    return hardware_catalog.read_spec_file(source, Dataset, "dataset")
 
 
 def resolve(run: MeasuredRun, system: SystemSpec | None = None) -> tuple[ModelSpec, SystemSpec]:

@@ -62,7 +62,7 @@ def test_promised_systems_and_models_are_in_the_catalog() -> None:
     ("kind", "name"), [("systems", n) for n in SYSTEMS] + [("models", n) for n in MODELS]
 )
 def test_every_number_in_a_catalog_file_has_a_source(kind: str, name: str) -> None:
-    data = yaml.safe_load((hardware_catalog.CATALOG_DIR / kind / f"{name}.yaml").read_text())
+    data = yaml.safe_load((hardware_catalog.CATALOG / kind / f"{name}.yaml").read_text())
     sources = data.get("sources", {})
     unsourced = [
         path
@@ -78,9 +78,9 @@ def test_every_number_in_a_catalog_file_has_a_source(kind: str, name: str) -> No
 def test_names_and_aliases_are_unique_across_files() -> None:
     for kind in ("systems", "models"):
         seen: dict[str, str] = {}
-        for path in (hardware_catalog.CATALOG_DIR / kind).glob("*.yaml"):
+        for path in (hardware_catalog.CATALOG / kind).iterdir():
             data = yaml.safe_load(path.read_text())
-            assert data["name"] == path.stem
+            assert data["name"] == path.name.removesuffix(".yaml")
             for name in (data["name"], *data.get("aliases", [])):
                 assert name.lower() not in seen, f"{name} in {path.name} and {seen[name.lower()]}"
                 seen[name.lower()] = path.name

@@ -13,7 +13,14 @@ from planner.calibration import EfficiencyParams, apply_params, fit
 from planner.cli import main
 from planner.errors import InputError
 from planner.specs import JobSpec, Strategy
-from planner.validation import Dataset, MeasuredRun, load_dataset, predict_step_s, validate
+from planner.validation import (
+    BUNDLED_DATASET,
+    Dataset,
+    MeasuredRun,
+    load_dataset,
+    predict_step_s,
+    validate,
+)
 
 KORTHIKANTI_MEAN, KORTHIKANTI_WORST, ALL_MEAN = 0.04, 0.09, 0.08
 """Issue #6's bar: the best analytical peer reports 3.65 % mean / 8.87 % worst on these runs."""
@@ -31,9 +38,7 @@ def test_bundled_dataset_meets_the_accuracy_bar() -> None:
 
 
 def test_bundled_dataset_keeps_provenance_and_says_what_it_left_out() -> None:
-    raw = yaml.safe_load(
-        Path(hardware_catalog.CATALOG_DIR / "calibration" / "published_runs.yaml").read_text()
-    )
+    raw = yaml.safe_load(BUNDLED_DATASET.read_text(encoding="utf-8"))
     for run in raw["runs"]:
         assert run["source"] and run["tier"] in ("A", "B", "C")
         assert "inferred" in run and "flops_convention" in run
