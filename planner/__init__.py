@@ -1,9 +1,33 @@
-"""planner: provably optimal execution plans and minimum hardware for LLM training."""
+"""planner: provably optimal execution plans and minimum hardware for LLM training.
 
-from planner.api import evaluate
-from planner.errors import InputError
-from planner.estimate import Estimate
-from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+The names below load on first use (PEP 562), so that ``import planner.<module>`` (the CLI's
+``planner catalog``, say) does not pay for the cost model it does not need."""
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from planner.api import evaluate
+    from planner.errors import InputError
+    from planner.estimate import Estimate
+    from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+_EXPORTS = {
+    "Estimate": "planner.estimate",
+    "InputError": "planner.errors",
+    "JobSpec": "planner.specs",
+    "ModelSpec": "planner.specs",
+    "Strategy": "planner.specs",
+    "SystemSpec": "planner.specs",
+    "evaluate": "planner.api",
+}
 __all__ = ["Estimate", "InputError", "JobSpec", "ModelSpec", "Strategy", "SystemSpec", "evaluate"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")

@@ -4,6 +4,10 @@ Exit codes: 0 success; 2 bad input (one line naming the field, the value and wha
 3 infeasible (the strategy or problem does not fit, with the reason); 4 the time limit ran out
 before any answer (neither a plan nor a proof that none exists); 1 an internal error (a bug: one
 line; PLANNER_DEBUG=1 shows the traceback).
+
+Commands import what they need when they run: ``catalog``, ``evaluate``, ``validate``,
+``calibrate``, ``plot`` and ``--help`` never load OR-Tools (tests/test_startup.py guards it), and
+matplotlib loads only inside ``plot``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import ValidationError
@@ -28,20 +33,21 @@ from rich.progress import (
 )
 
 import hardware_catalog
-from constraints.target import PerformanceTarget
 from planner import limits as lim
 from planner import report
 from planner.api import as_model, as_system, evaluate
 from planner.calibration import PARAMETERS, apply_params, current_params, fit
 from planner.errors import InputError, describe_validation_error
-from planner.min_hardware import QUANTITIES, min_hardware, pareto
-from planner.plan import plan
 from planner.plot import KINDS as PLOT_KINDS
 from planner.plot import plot
+from planner.quantities import QUANTITIES
 from planner.search_space import parse_pin
 from planner.specs import JobSpec, Strategy
 from planner.sweep import load_study, run_study
 from planner.validation import load_dataset, validate
+
+if TYPE_CHECKING:
+    from constraints.target import PerformanceTarget
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_TIME_LIMIT = 0, 1, 2, 3, 4
 
@@ -411,6 +417,9 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
 
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:
+    from constraints.target import PerformanceTarget
+    from planner.plan import plan
+
     model, system = as_model(args.model), as_system(args.system)
     job = _job(args)
     if args.gpus is None:
@@ -455,6 +464,8 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
+    from constraints.target import PerformanceTarget
+
     step = args.max_step_time
     if args.max_days is not None:
         if not job.train_tokens:
@@ -467,6 +478,8 @@ def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
 
 
 def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
+    from planner.min_hardware import min_hardware, pareto
+
     model, system = as_model(args.model), as_system(args.system)
     job = _job(args)
     args.seq_len_resolved = job.seq_len_for(model)

@@ -40,6 +40,7 @@ from planner.diagnosis import Diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate
 from planner.plan import Plan, plan
+from planner.quantities import QUANTITIES
 from planner.search_space import build_search_space
 from planner.solving import SOLVED, decode, solve
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
@@ -47,14 +48,6 @@ from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 Quantity = Literal[
     "gpus", "hbm", "offload-capacity", "offload-bandwidth", "scale-out-bandwidth", "cost"
 ]
-QUANTITIES: dict[str, str] = {
-    "gpus": "GPUs",
-    "hbm": "GiB",
-    "offload-capacity": "GiB",
-    "offload-bandwidth": "GB/s",
-    "scale-out-bandwidth": "GB/s",
-    "cost": "USD",
-}
 HBM_STEP_GIB = 0.1
 OFFLOAD_STEP_GIB = 1.0
 BANDWIDTH_STEPS_PER_DOUBLING = 8

@@ -3,13 +3,17 @@ memory per tier."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from planner.estimate import Estimate
 from planner.specs import ModelSpec, Strategy, SystemSpec
+
+if TYPE_CHECKING:
+    from planner.estimate import Estimate
 
 BREAKDOWN_LABELS = {
     "forward": "forward compute",

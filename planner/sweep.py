@@ -32,19 +32,15 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import hardware_catalog
-from constraints.tables import with_bandwidth
-from constraints.target import PerformanceTarget
 from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
-from planner.min_hardware import QUANTITIES, min_hardware
-from planner.plan import plan
+from planner.quantities import QUANTITIES
 from planner.specs import JobSpec, SystemSpec
 
 HARDWARE_AXES = ("hbm_gib", "offload_gib", "offload_gbps", "scale_out_gbps")
@@ -164,6 +160,7 @@ def scenarios(study: Study) -> Iterator[dict[str, Any]]:
 
 def system_variant(system: SystemSpec, scenario: dict[str, Any]) -> SystemSpec:
     """The system with the scenario's hardware overrides."""
+    from constraints.tables import with_bandwidth  # the solver's package: only when sweeping
     if "hbm_gib" in scenario:
         system = _capacity(system, 0, scenario["hbm_gib"])
     if "offload_gib" in scenario or "offload_gbps" in scenario:
@@ -217,6 +214,10 @@ def _elapsed_s(started: float) -> float:
 def _solve_scenario(
     study: Study, scenario: dict[str, Any], row: dict[str, Any], started: float
 ) -> dict[str, Any]:
+    from constraints.target import PerformanceTarget
+    from planner.min_hardware import min_hardware
+    from planner.plan import plan
+
     model = hardware_catalog.load_model(scenario["model"])
     system = system_variant(hardware_catalog.load_system(scenario["system"]), scenario)
     job = JobSpec(global_batch=scenario["global_batch"])
@@ -289,6 +290,8 @@ def run_study(
             for scenario in todo:
                 record(run_scenario(study, scenario))
         else:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 futures = [pool.submit(run_scenario, study, s) for s in todo]
                 for future in as_completed(futures):
