@@ -90,9 +90,8 @@ def build_plan_model(
     capacities = [tier.capacity_gib for tier in ctx.system.memory_tiers]
     memory_families = {"hbm"} | {f"offload{k}" for k in range(1, len(capacities))}
     fixed_memory = all(variables.always_on(name) for name in memory_families)
-    ceiling_gib = max(capacities) * (1 if fixed_memory else 2)
     tables = TableBuilder(
-        ctx, variables, memory_cap_bytes=ceiling_gib * (1 << 30), memory_fixed=fixed_memory
+        ctx, variables, memory_cap_bytes=max(capacities) * (1 << 30), memory_fixed=fixed_memory
     )
     needs = add_memory_fit(variables, tables)
     steps = add_step_time(variables, tables)

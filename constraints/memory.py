@@ -15,13 +15,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from constraints.tables import TableBuilder
+from constraints.tables import NEED_CAP_BYTES, TableBuilder
 from constraints.variables import Variables
-
-NEED_CAP_BYTES = float(1 << 46)
-"""A strategy needing more than 64 TiB per GPU in one tier is out of the model (it keeps the
-scaled memory inequalities inside 64-bit integers; planner.limits.MAX_CAPACITY_GIB is the same
-64 TiB)."""
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,13 @@ from planner.cost.step import block_pieces, dp_comm_times_s, optimizer_time_s, p
 from planner.specs import SystemSpec
 
 KIB = 1024.0
-MEMORY_CEILING_BYTES = 2.0 * (1 << 40)
-"""Memory table entries are clipped just above the largest capacity when every fit family is
-on, else at 2 TiB per GPU (or twice the largest tier, if larger): a clipped entry never fits."""
+NEED_CAP_BYTES = float(1 << 46)
+"""A strategy needing more than 64 TiB per GPU in one tier is out of the model (it keeps the
+scaled memory inequalities inside 64-bit integers; planner.limits.MAX_CAPACITY_GIB is the same
+64 TiB). Memory table entries are clipped just above the largest capacity when every fit family
+is on, else just above this cap, so that a clipped entry never fits: clipping at anything lower
+(the model clipped at 2 TiB before) lets a minimum-hardware query take a strategy needing
+2.9 TiB of HBM for one needing the clip, 2.1 TiB, and report a minimum that plan then refutes."""
 UNITS_PER_IDEAL_STEP = 1e6
 """Time resolution: the ideal step (model FLOPs at peak on the largest GPU count considered) is
 10^6 units, so the objective's rounding error stays orders of magnitude below the 0.1 % the
@@ -111,8 +115,7 @@ class TableBuilder:
         ideal_step_s = model_flops_per_step(ctx) / (gpus * ctx.peak_flops)
         self.unit_s = ideal_step_s / UNITS_PER_IDEAL_STEP
         self.time_ceiling = int(UNITS_PER_IDEAL_STEP * TIME_CEILING_IDEAL_STEPS)
-        floor = 0.0 if memory_fixed else MEMORY_CEILING_BYTES
-        ceiling_bytes = max(memory_cap_bytes, floor)
+        ceiling_bytes = memory_cap_bytes if memory_fixed else NEED_CAP_BYTES
         self.memory_unit_bytes = memory_unit_bytes(
             ceiling_bytes, ctx.model.layers, max(variables.domains["pp"])
         )

@@ -30,11 +30,11 @@ class ModelTooLarge(InputError):
     """The problem's search space is too large to tabulate: one line saying what to narrow."""
 
 
-INT_LIMIT = 1 << 62
+INT_LIMIT = (1 << 62) - 1
+"""Largest bound of an integer variable: CP-SAT requires domains inside ±(2^63 − 1)/2."""
 LOG_SCALE = 10**10
 """Scale of log_gpu_count: ln((N+1)/N) > 10^-7 for N < 10^7, i.e. > 1000 units, against a
 rounding error of at most 1.5 units."""
-"""Largest magnitude any integer expression may reach (CP-SAT works in signed 64 bits)."""
 
 
 @dataclass(frozen=True)

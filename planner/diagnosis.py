@@ -433,8 +433,9 @@ class _Session:
         if result.strategy is None:
             return "no strategy fits even without the target"
         return (
-            f"the fastest strategy without it takes {result.estimate.step_time_s:.4g} s "
-            f"per step, MFU {result.estimate.mfu:.1%} ({result.strategy.describe()})"
+            f"unreachable here: the best strategy without it takes "
+            f"{result.estimate.step_time_s:.4g} s per step, MFU {result.estimate.mfu:.1%} "
+            f"({result.strategy.describe()})"
         )
 
     def least_memory(

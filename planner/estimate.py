@@ -68,9 +68,12 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
             f"over by {hbm_total - usable:.1f} GiB"
         )
     for index, tier in enumerate(ctx.system.offload_tiers, start=1):
+        # Each tier's rows come from the stage that loads that tier most (not necessarily the
+        # one that loads HBM most), so that the rows add up to the tier's total.
+        loaded = max(first, last, key=lambda s: _scalar(s.offloaded[index - 1]))
         items = {
             name: _scalar(value) / BYTES_PER_GIB
-            for name, value in stage.offloaded_items[index - 1].items()
+            for name, value in loaded.offloaded_items[index - 1].items()
         }
         total = _scalar(terms.offload_bytes(index)) / BYTES_PER_GIB
         memory[f"offload_{index}"] = {

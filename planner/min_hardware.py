@@ -56,13 +56,14 @@ BANDWIDTH_STEPS_PER_DOUBLING = 8
 
 class Minimum(BaseModel):
     quantity: str
-    value: float
+    value: int | float
+    """A count (GPUs) is an int, in JSON too; capacities, bandwidths and dollars are floats."""
     unit: str
     proven: bool
     """CP-SAT proved no smaller value in the domain admits a strategy."""
     strategy: Strategy
     estimate: Estimate
-    below_value: float | None
+    below_value: int | float | None
     """One grid step below the minimum (None when the minimum is the domain's smallest)."""
     below_status: str | None
     below_diagnosis: Diagnosis | None
@@ -247,6 +248,7 @@ class _Query:
             changes.get("gpus", self.gpus or self.system.max_gpus or 1),
             pins=self.pins,
             target=self.target,
+            time_limit_s=self.time_limit_s,
             **self.limits,
         )
         return ("infeasible", None, result.diagnosis)
@@ -319,17 +321,18 @@ class _Query:
         built.model.Minimize(need)
         solver, status = solve(built, self.time_limit_s, lp_fallback=False)
         if status not in SOLVED:
-            if status == cp_model.INFEASIBLE:
-                return self.infeasible(system=system)
+            if status == cp_model.INFEASIBLE:  # diagnosed with the tier at the domain's top
+                tier = 0 if family == "hbm" else 1
+                return self.infeasible(system=_with_capacity(system, tier, lim.MAX_CAPACITY_GIB))
             return ("unknown", None, None)
         gib = solver.Value(need) * built.needs.unit_bytes / BYTES_PER_GIB
         if family == "hbm":
             gib /= self.job.hbm_usable_fraction
-        value = math.ceil(gib / step - 1e-9) * step
-        value = float(f"{value:.4g}")
+        steps = math.ceil(gib / step - 1e-9)
+        value = round(steps * step, 6)  # on the grid (4 significant digits merged neighbours)
         tier = 0 if family == "hbm" else 1
         result = self.plan_at(system=_with_capacity(system, tier, value))
-        below_value = float(f"{value - step:.4g}")
+        below_value = round((steps - 1) * step, 6)
         below = (
             self.plan_at(system=_with_capacity(system, tier, below_value), diagnose="conflict")
             if below_value > 0
@@ -386,8 +389,8 @@ def _with_capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:
 
 
 class ParetoPoint(BaseModel):
-    first: float
-    second: float
+    first: int | float
+    second: int | float
     step_time_s: float
     mfu: float
     strategy: Strategy

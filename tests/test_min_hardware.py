@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
@@ -178,3 +181,117 @@ def test_cli_bad_requests(capsys: pytest.CaptureFixture[str], argv, needle) -> N
     )
     assert code == 2
     assert needle in capsys.readouterr().err
+
+
+def _with_tier_capacity(sys, tier: int, gib: float):
+    tiers = [
+        t.model_copy(update={"capacity_gib": gib}) if i == tier else t
+        for i, t in enumerate(sys.memory_tiers)
+    ]
+    return sys.model_copy(update={"memory_tiers": tuple(tiers)})
+
+
+def _minimum_is_exact(model, sys, job, gpus, quantity, target) -> None:
+    """plan at the reported minimum meets the goal; one grid step below it does not."""
+    tier, step = (0, 0.1) if quantity == "hbm" else (1, 1.0)
+    result = min_hardware(model, sys, job, quantity, gpus=gpus, target=target)
+    if result.minimum is None:
+        assert result.status == "infeasible"
+        return
+    value = result.minimum.value
+    at = plan(
+        model, _with_tier_capacity(sys, tier, value), job, gpus, target=target, diagnose=False
+    )
+    assert at.strategy is not None, (quantity, value)
+    below = round(value - step, 6)
+    if below > 0:
+        under = _with_tier_capacity(sys, tier, below)
+        assert plan(model, under, job, gpus, target=target, diagnose=False).strategy is None
+        assert result.minimum.below_value == below
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    layers=st.sampled_from([4, 8, 12]),
+    hidden=st.sampled_from([512, 1024, 2048]),
+    gpus=st.sampled_from([2, 4, 8]),
+    quantity=st.sampled_from(["hbm", "offload-capacity"]),
+    mfu=st.one_of(st.none(), st.floats(0.05, 0.6)),
+)
+def test_min_hardware_agrees_with_plan_on_random_queries(layers, hidden, gpus, quantity, mfu):
+    model = gpt_model(hidden=hidden, layers=layers, heads=16, ffn_hidden=4 * hidden, seq_len=1024)
+    target = PerformanceTarget(min_mfu=mfu) if mfu else None
+    _minimum_is_exact(model, system(0.6 if quantity != "hbm" else 4.0), JOB, gpus, quantity, target)
+
+
+def test_least_hbm_above_two_tib_agrees_with_plan() -> None:
+    """Regression: memory tables were clipped at 2 TiB when the HBM family was relaxed, so the
+    query answered 2,160 GiB for mt-128t, which plan refuted (it needs 2,927 GiB)."""
+    from hardware_catalog import load_model, load_system
+
+    job = JobSpec(global_batch=4096)
+    target = PerformanceTarget(min_mfu=0.4)
+    model, sys = load_model("mt-128t"), load_system("h100-offload-512g")
+    result = min_hardware(model, sys, job, "hbm", gpus=16384, target=target)
+    assert result.status == "optimal" and result.minimum.value > 2048
+    _minimum_is_exact(model, sys, job, 16384, "hbm", target)
+
+
+def test_unreachable_target_says_the_best_reachable() -> None:
+    """An MFU no amount of HBM reaches is named as unreachable, with the best MFU there is
+    (it used to say "no strategy fits even without the target", which was false)."""
+    sys = system()
+    result = min_hardware(MODEL, sys, JOB, "hbm", gpus=8, target=PerformanceTarget(min_mfu=0.99))
+    assert result.status == "infeasible"
+    details = [c.detail for c in result.diagnosis.conflicts if c.family == "target"]
+    assert details and details[0].startswith("unreachable here")
+    best = re.search(r"MFU (\d+\.\d)%", details[0])
+    assert best and 0 < float(best.group(1)) < 99
+
+
+def test_gpu_counts_are_integers_in_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["min-hardware", "--model", "gpt3-1.3b", "--system", "dgx-h100", "--global-batch", "64"]
+        + ["--minimize", "gpus", "--max-step-time", "5", "--json"]
+    )
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert isinstance(payload["minimum"]["value"], int)
+
+
+def test_every_memory_total_is_the_sum_of_its_rows() -> None:
+    """Each tier's rows (weights, gradients, optimizer, activations, ...) add up to its total,
+    also when the first stage loads HBM most and the last loads the offload tier most."""
+    from hardware_catalog import load_model, load_system
+
+    job = JobSpec(global_batch=4096)
+    result = plan(
+        load_model("mt-128t"),
+        load_system("h100-offload-512g"),
+        job,
+        16384,
+        diagnose=False,
+        pins={"pp": 32},
+    )
+    estimates = [result.estimate] if result.estimate else []
+    sys = system(0.6)
+    for mb in (1, 2):
+        from planner.api import evaluate
+        from planner.specs import Strategy
+
+        estimates.append(
+            evaluate(
+                MODEL,
+                sys,
+                JOB,
+                Strategy(pp=2, dp=1, micro_batch=mb, offload_optimizer=1, offload_activations=1),
+            )
+        )
+    for estimate in estimates:
+        for tier, rows in estimate.memory_gib.items():
+            parts = {
+                k: v
+                for k, v in rows.items()
+                if k not in ("total", "capacity", "usable", "headroom")
+            }
+            assert sum(parts.values()) == pytest.approx(rows["total"]), (tier, rows)
