@@ -19,7 +19,7 @@ SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 FIRST_PHASE_DETERMINISTIC_S = 2.0
 """Work budget of the propagation-only first phase, in CP-SAT's deterministic time units
-(about a second of this machine's time; deterministic, so the phase ends at the same point on
+(about 1.5 s on this machine; deterministic, so the phase ends at the same point on
 any machine and the answer does not depend on load)."""
 
 
