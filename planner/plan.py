@@ -102,39 +102,28 @@ def plan(
     pins = dict(pins or {})
     limits = {"max_micro_batch": max_micro_batch, "max_interleave": max_interleave}
     started = time.perf_counter()
+    infeasible = functools.partial(
+        _infeasible,
+        model=model_spec,
+        system=system_spec,
+        job=job,
+        gpus=gpus,
+        pins=pins,
+        limits=limits,
+        diagnose=diagnose,
+        started=started,
+        target=target,
+        time_limit_s=time_limit_s,
+    )
     if pin_conflicts(model_spec, system_spec, job, gpus, pins):
-        return _infeasible(
-            None,
-            model_spec,
-            system_spec,
-            job,
-            gpus,
-            pins,
-            limits,
-            diagnose,
-            started,
-            target,
-            time_limit_s,
-        )
+        return infeasible(None)
     space = build_search_space(model_spec, system_spec, job, gpus, pins, **limits)
     built = build_plan_model(ctx, space, target=target)
     build_time = time.perf_counter() - started
     solver, status = solve(built, time_limit_s, workers)
     report = _report(built, solver, status, time.perf_counter() - started, build_time, space)
     if status == cp_model.INFEASIBLE:
-        return _infeasible(
-            report,
-            model_spec,
-            system_spec,
-            job,
-            gpus,
-            pins,
-            limits,
-            diagnose,
-            started,
-            target,
-            time_limit_s,
-        )
+        return infeasible(report)
     if status not in SOLVED:
         return Plan(status=report.status, strategy=None, estimate=None, solver=report)
     best = decode(built, solver)
