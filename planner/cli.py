@@ -220,8 +220,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="solver time limit in seconds (default 60)",
     )
     _add_target_args(plan_cmd)
-    plan_cmd.add_argument("--max-micro-batch", type=_whole(1, lim.MAX_GLOBAL_BATCH), default=64)
-    plan_cmd.add_argument("--max-interleave", type=_whole(1, lim.MAX_LAYERS), default=16)
+    plan_cmd.add_argument(
+        "--max-micro-batch",
+        type=_whole(1, lim.MAX_GLOBAL_BATCH),
+        default=64,
+        help="the search (and its proof) covers micro-batches that divide the global batch, "
+        "up to this (default 64)",
+    )
+    plan_cmd.add_argument(
+        "--max-interleave",
+        type=_whole(1, lim.MAX_LAYERS),
+        default=16,
+        help="the search covers interleaves (virtual stages per rank) up to this (default 16)",
+    )
 
     hardware_cmd = commands.add_parser(
         "min-hardware", help="the least hardware that meets a goal, proven minimal"
