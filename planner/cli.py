@@ -214,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"also list the K best distinct strategies (K ≤ {lim.MAX_TOP})",
     )
     plan_cmd.add_argument(
+        "--rank-by",
+        choices=["step", "structure", "strategy"],
+        default="step",
+        help="with --top: rank distinct step times, tied variants grouped (default); distinct "
+        "structures (tp, pp, dp, micro-batch, interleave, recompute); or every strategy",
+    )
+    plan_cmd.add_argument(
         "--time-limit",
         type=_seconds,
         default=60.0,
@@ -444,6 +451,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         args.gpus,
         pins=pins,
         top=args.top,
+        rank_by=args.rank_by,
         target=target,
         time_limit_s=args.time_limit,
         max_micro_batch=args.max_micro_batch,

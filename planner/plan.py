@@ -1,9 +1,8 @@
 """``plan``: the provably optimal strategy for a problem, by CP-SAT over the cost model's tables.
 
 The solver's answer is decoded, evaluated again with the cost model (the reported estimate is
-always the cost model's), and checked against the solver's objective. ``top`` > 1 re-solves with
-each found strategy excluded (a no-good over all knobs) and the last objective as a lower bound,
-giving the K best distinct strategies.
+always the cost model's), and checked against the solver's objective. ``top`` > 1 ranks the K
+best distinct step times (or structures, or strategies) with planner.ranking.
 """
 
 from __future__ import annotations
@@ -25,9 +24,10 @@ from planner.diagnosis import Diagnosis, pin_conflicts
 from planner.diagnosis import diagnose as run_diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate, build_estimate
+from planner.ranking import RankBy, rank
 from planner.rules import strategy_warnings
-from planner.search_space import KNOBS, SearchSpace, build_search_space
-from planner.solving import DEFAULT_WORKERS, SOLVED, decode, solve
+from planner.search_space import SearchSpace, build_search_space, stated_caps
+from planner.solving import DEFAULT_WORKERS, SOLVED, solve
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
@@ -46,6 +46,18 @@ class SolverReport(BaseModel):
     constraints: int
     table_entries: int
     search_space: int
+    caps: list[str] = []
+    """Limits of the searched space that leave out allowed strategies (search_space.stated_caps):
+    the optimum is proven over the space inside them."""
+
+
+class Variant(BaseModel):
+    """A strategy tied with its rank's representative (planner.ranking.TIE_TOLERANCE)."""
+
+    strategy: Strategy
+    step_time_s: float
+    differs_in: list[str]
+    """Its knobs that differ from the representative's."""
 
 
 class Alternative(BaseModel):
@@ -54,6 +66,10 @@ class Alternative(BaseModel):
     step_time_s: float
     mfu: float
     differs_in: list[str]
+    """Its knobs that differ from the best plan's."""
+    variants: list[Variant] = []
+    tied: int = 0
+    """Strategies tied with this one (``variants`` lists the first few)."""
 
 
 class Plan(BaseModel):
@@ -80,13 +96,19 @@ def plan(
     max_interleave: int = 16,
     diagnose: bool | str = True,
     target: PerformanceTarget | None = None,
+    rank_by: RankBy = "step",
 ) -> Plan:
     """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless the
     time limit cut the proof short (status ``feasible``). With ``top`` = K, also the K best
-    distinct strategies (``alternatives``, the best first; K ≤ planner.limits.MAX_TOP, one
-    warm re-solve each, all within ``time_limit_s``). When nothing fits, ``diagnose``
+    ranks (``alternatives``, the best first; K ≤ planner.limits.MAX_TOP, all within
+    ``time_limit_s``): distinct step times with their tied variants by default, or distinct
+    structures or strategies (``rank_by``, planner.ranking). When nothing fits, ``diagnose``
     explains why (planner.diagnosis; ``diagnose="conflict"`` names the conflict without
-    searching for fixes). ``target`` (a step-time or MFU bound) is one more constraint family."""
+    searching for fixes). ``target`` (a step-time or MFU bound) is one more constraint family.
+
+    The space searched: micro-batches dividing the global batch up to ``max_micro_batch``,
+    interleaves up to ``max_interleave``, TP inside one scale-up domain unless the system sets
+    ``tp_across_domain``; ``solver.caps`` names those that left out allowed strategies."""
     model_spec, system_spec = as_model(model), as_system(system)
     if system_spec.max_gpus is not None and gpus > system_spec.max_gpus:
         raise InputError(
@@ -122,35 +144,42 @@ def plan(
     build_time = time.perf_counter() - started
     solver, status = solve(built, time_limit_s, workers)
     report = _report(built, solver, status, time.perf_counter() - started, build_time, space)
+    report.caps = stated_caps(model_spec, system_spec, job, gpus, **limits)
     if status == cp_model.INFEASIBLE:
         return infeasible(report)
     if status not in SOLVED:
         return Plan(status=report.status, strategy=None, estimate=None, solver=report)
-    best = decode(built, solver)
-    ranked = [best]
-    last = solver
-    while len(ranked) < top:
-        remaining_s = time_limit_s - (time.perf_counter() - started)
-        if remaining_s <= 0:  # the time limit covers the whole ranking
-            break
-        _exclude(built, ranked[-1])
-        _warm_start(built, last)
-        last, next_status = solve(built, remaining_s, workers)
-        if next_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            break
-        ranked.append(decode(built, last))
+    ranks = rank(
+        built,
+        solver,
+        top,
+        rank_by,
+        lambda strategy: _estimate(ctx, strategy, system_spec).step_time_s,
+        started + time_limit_s,
+        workers,
+    )
+    best = ranks[0].strategy
     report.wall_time_s = time.perf_counter() - started
     alternatives = []
     if top > 1:
-        for rank, strategy in enumerate(ranked, start=1):
-            estimate = _estimate(ctx, strategy, system_spec)
+        for number, ranked in enumerate(ranks, start=1):
+            estimate = _estimate(ctx, ranked.strategy, system_spec)
             alternatives.append(
                 Alternative(
-                    rank=rank,
-                    strategy=strategy,
+                    rank=number,
+                    strategy=ranked.strategy,
                     step_time_s=estimate.step_time_s,
                     mfu=estimate.mfu,
-                    differs_in=_differences(best, strategy),
+                    differs_in=_differences(best, ranked.strategy),
+                    variants=[
+                        Variant(
+                            strategy=variant,
+                            step_time_s=_estimate(ctx, variant, system_spec).step_time_s,
+                            differs_in=_differences(ranked.strategy, variant),
+                        )
+                        for variant in ranked.variants
+                    ],
+                    tied=ranked.tied,
                 )
             )
     return Plan(
@@ -227,19 +256,6 @@ def _report(
         table_entries=entries,
         search_space=space.size(),
     )
-
-
-def _warm_start(built: PlanModel, solver: cp_model.CpSolver) -> None:
-    """Before the next re-solve of ``top``: the next strategy's objective is at least the last
-    one's (solutions come in order), so a solution meeting that bound is proven at once."""
-    built.model.Add(built.objective() >= round(solver.ObjectiveValue()))
-
-
-def _exclude(built: PlanModel, strategy: Strategy) -> None:
-    """Forbid this exact assignment of the strategy knobs."""
-    values = Knobs.from_strategy(strategy).as_dict()
-    chosen = [built.variables.is_value(name, int(values[name])) for name in (*KNOBS, "dp")]
-    built.model.AddBoolOr([literal.Not() for literal in chosen if literal is not None])
 
 
 def _estimate(ctx: CostContext, strategy: Strategy, system: SystemSpec) -> Estimate:

@@ -246,15 +246,22 @@ def print_plan(
         f"knob combinations (CP-SAT: {solver.variables} variables, {solver.constraints} "
         f"constraints, {solver.table_entries} table entries)"
     )
+    if solver.caps:
+        console.print("[dim]searched within: " + "; ".join(solver.caps) + "[/]")
     print_estimate(console, result.estimate, result.strategy, system)
     if result.alternatives:
         table = Table(title="Best strategies", title_justify="left")
-        for column in ("rank", "strategy", "step s", "vs best", "MFU", "differs in"):
+        columns = ("rank", "strategy", "step s", "vs best", "MFU", "differs in", "tied variants")
+        for column in columns:
             table.add_column(
-                column, justify="left" if column in ("strategy", "differs in") else "right"
+                column,
+                justify="right" if column in ("rank", "step s", "vs best", "MFU") else "left",
             )
         best = result.alternatives[0].step_time_s
         for alt in result.alternatives:
+            variants = "; ".join(", ".join(v.differs_in) for v in alt.variants)
+            if alt.tied > len(alt.variants):
+                variants += f"; +{alt.tied - len(alt.variants)} more"
             table.add_row(
                 str(alt.rank),
                 alt.strategy.describe(),
@@ -262,6 +269,7 @@ def print_plan(
                 f"{alt.step_time_s / best - 1:+.2%}",
                 f"{alt.mfu:.1%}",
                 ", ".join(alt.differs_in) or "-",
+                variants or "-",
             )
         console.print(table)
 

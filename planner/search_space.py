@@ -201,6 +201,38 @@ def _keep_allowed(values: tuple[int, ...], allowed, prune: bool) -> tuple[int, .
     return tuple(sorted(kept))
 
 
+def stated_caps(
+    model: ModelSpec,
+    system: SystemSpec,
+    job: JobSpec,
+    gpus: int,
+    max_micro_batch: int,
+    max_interleave: int,
+) -> list[str]:
+    """The limits of the searched space that leave out strategies the rules would allow, each
+    with the flag or field that moves it: "proven optimal" is proven over this space only."""
+    caps = []
+    cut = [b for b in divisors(job.global_batch) if b > max_micro_batch]
+    if cut:
+        caps.append(f"micro-batch ≤ {max_micro_batch} (--max-micro-batch; leaves out {cut[0]}, …)")
+    cut = [v for v in divisors(model.layers) if v > max_interleave and v < model.layers]
+    if cut:
+        caps.append(f"interleave ≤ {max_interleave} (--max-interleave; leaves out {cut[0]}, …)")
+    domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
+    if domain and not system.tp_across_domain:
+        wider = [
+            t
+            for t in divisors(gpus)
+            if t > domain and model.heads % t == 0 and model.ffn_hidden % t == 0
+        ]
+        if wider:
+            caps.append(
+                f"TP within one {system.network_tiers[0].name} domain of {domain} GPUs "
+                f"(system field tp_across_domain; leaves out tp {wider[0]}, …)"
+            )
+    return caps
+
+
 def canonical_mask(
     tp: np.ndarray, dp: np.ndarray, k: dict[str, np.ndarray], pins: dict[str, int]
 ) -> np.ndarray:

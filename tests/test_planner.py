@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from planner.cost.context import CostContext
 from planner.oracle import enumerate_strategies
 from planner.plan import plan
+from planner.ranking import TIE_TOLERANCE
 from planner.search_space import build_search_space, parse_pin
 from planner.specs import JobSpec
 from tests.conftest import gpt_model, simple_system
@@ -83,7 +84,7 @@ def oracle(model, system, job, gpus, pins=None, top=1):
     return enumerate_strategies(ctx, space, top)
 
 
-def solve(model, system, job, gpus, pins=None, top=1):
+def solve(model, system, job, gpus, pins=None, top=1, rank_by="strategy"):
     from planner import search_space
 
     original = search_space.build_search_space
@@ -94,7 +95,7 @@ def solve(model, system, job, gpus, pins=None, top=1):
     search_space_build = pytest.MonkeyPatch()
     search_space_build.setattr("planner.plan.build_search_space", small)
     try:
-        return plan(model, system, job, gpus, pins=pins, top=top)
+        return plan(model, system, job, gpus, pins=pins, top=top, rank_by=rank_by)
     finally:
         search_space_build.undo()
 
@@ -129,6 +130,29 @@ def test_top_k_matches_the_oracles_k_best(problem, k) -> None:
         later >= earlier * (1 - REL) for earlier, later in zip(steps, steps[1:], strict=False)
     )
     assert steps == pytest.approx([r.step_time_s for r in expected], rel=REL)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.sampled_from([2, 3, 5]))
+def test_ranks_by_step_are_the_oracles_distinct_step_times(problem, k) -> None:
+    """--top K ranks K distinct step times (ties within TIE_TOLERANCE grouped), the oracle's
+    first K distinct ones; each listed variant is tied with its rank."""
+    model, system, job, gpus = problem
+    everything = oracle(model, system, job, gpus, top=10**6)
+    result = solve(model, system, job, gpus, top=k, rank_by="step")
+    if not everything:
+        assert result.status == "infeasible"
+        return
+    distinct: list[float] = []
+    for ranked in everything:
+        if not distinct or ranked.step_time_s > distinct[-1] * (1 + TIE_TOLERANCE):
+            distinct.append(ranked.step_time_s)
+    steps = [a.step_time_s for a in result.alternatives]
+    assert steps == pytest.approx(distinct[:k], rel=REL)
+    for alternative in result.alternatives:
+        assert alternative.tied >= len(alternative.variants)
+        for variant in alternative.variants:
+            assert variant.step_time_s == pytest.approx(alternative.step_time_s, rel=2e-4)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

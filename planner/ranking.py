@@ -1,0 +1,171 @@
+"""``plan --top K``: the K best *ideas*, not K spellings of one.
+
+Many strategies tie: they differ only in the ZeRO stage, in a tp/micro-batch trade with the
+same per-GPU work, or in offload traffic that is fully hidden. Three ways to rank:
+
+- ``step`` (default): rank r is the r-th distinct step time (as the cost model evaluates it).
+  Strategies within TIE_TOLERANCE of a rank's step time are one rank, its representative the one
+  the tie-break prefers, up to MAX_VARIANTS others listed as its equivalent variants.
+- ``structure``: rank r is the r-th best distinct structural choice (tp, pp, dp, micro-batch,
+  interleave, recompute); variants are the same structure with other ZeRO stages, offloads,
+  sequence parallelism or overlaps within TIE_TOLERANCE.
+- ``strategy``: every distinct strategy is a rank (the behaviour before ranks were grouped).
+
+The representative of a rank is the solver's optimum of ``step·weight + simplicity``
+(constraints.PlanModel): among equal step times it prefers the smaller tp, then the smaller pp,
+then fewer offloaded tensor kinds — fewer moving parts and less communication to go wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from ortools.sat.python import cp_model
+
+from constraints import PlanModel
+from planner.cost.step import Knobs
+from planner.search_space import KNOBS
+from planner.solving import SOLVED, decode, solve
+from planner.specs import Strategy
+
+RankBy = Literal["step", "structure", "strategy"]
+TIE_TOLERANCE = 1e-4
+"""Step times within 0.01 % of each other are one rank (the solver's time resolution is 10^-6 of
+the ideal step, so ties are exact ties, not rounding)."""
+MAX_VARIANTS = 4
+"""Equivalent variants listed per rank."""
+STRUCTURAL_KNOBS = ("tp", "pp", "dp", "micro_batch", "interleave", "recompute")
+
+
+@dataclass(frozen=True)
+class Rank:
+    strategy: Strategy
+    variants: tuple[Strategy, ...]
+    """Up to MAX_VARIANTS tied strategies."""
+    tied: int
+    """How many tied strategies were found (variants lists the first MAX_VARIANTS)."""
+
+
+def rank(
+    built: PlanModel,
+    solver: cp_model.CpSolver,
+    top: int,
+    rank_by: RankBy,
+    step_s: Callable[[Strategy], float],
+    deadline: float,
+    workers: int,
+) -> list[Rank]:
+    """The ``top`` ranks, best first, starting from ``solver``'s optimum of ``built``.
+    ``step_s`` evaluates a strategy with the cost model. Every solve shares the time left until
+    ``deadline`` (perf_counter seconds)."""
+    if rank_by == "structure":
+        return _by_structure(built, solver, top, deadline, workers)
+    return _in_order(built, solver, top, rank_by == "step", step_s, deadline, workers)
+
+
+def _in_order(
+    built: PlanModel,
+    solver: cp_model.CpSolver,
+    top: int,
+    group: bool,
+    step_s: Callable[[Strategy], float],
+    deadline: float,
+    workers: int,
+) -> list[Rank]:
+    """Strategies in order of the objective (each excluded once found, the last objective a
+    lower bound for the next); with ``group``, consecutive ones whose evaluated step times are
+    within TIE_TOLERANCE of their rank's first are one rank. A lower bound on the step variable
+    cannot skip a group: the step-time inequalities let the solver inflate a tied strategy's
+    step variable, so ties are walked one by one (each ~20–50 ms)."""
+    current = decode(built, solver)
+    members: list[Strategy] = [current]
+    ranks: list[Rank] = []
+    while True:
+        exclude(built, current, (*KNOBS, "dp"))
+        built.model.Add(built.objective() >= round(solver.ObjectiveValue()))
+        solver, status = (
+            solve(built, _left_s(deadline), workers)
+            if _left_s(deadline) > 0
+            else (
+                solver,
+                cp_model.UNKNOWN,
+            )
+        )
+        current = decode(built, solver) if status in SOLVED else None
+        tied = (
+            group
+            and current is not None
+            and step_s(current) <= step_s(members[0]) * (1 + TIE_TOLERANCE)
+        )
+        if tied:
+            members.append(current)
+            continue
+        ranks.append(Rank(members[0], tuple(members[1 : 1 + MAX_VARIANTS]), len(members) - 1))
+        if current is None or len(ranks) >= top:
+            return ranks
+        members = [current]
+
+
+def _by_structure(
+    built: PlanModel, solver: cp_model.CpSolver, top: int, deadline: float, workers: int
+) -> list[Rank]:
+    """Distinct structures: each rank's variants are found with the structure held and the step
+    bounded from above (a sound bound), then the structure is excluded."""
+    ranks: list[Rank] = []
+    while True:
+        current = decode(built, solver)
+        variants = _same_structure(built, solver, current, deadline, workers)
+        ranks.append(Rank(current, variants, len(variants)))
+        if len(ranks) >= top or _left_s(deadline) <= 0:
+            return ranks
+        built.model.Add(built.objective() >= round(solver.ObjectiveValue()))
+        exclude(built, current, STRUCTURAL_KNOBS)
+        solver, status = solve(built, _left_s(deadline), workers)
+        if status not in SOLVED:
+            return ranks
+
+
+def _left_s(deadline: float) -> float:
+    return deadline - time.perf_counter()
+
+
+def _same_structure(
+    built: PlanModel,
+    solver: cp_model.CpSolver,
+    representative: Strategy,
+    deadline: float,
+    workers: int,
+) -> tuple[Strategy, ...]:
+    """Strategies of the representative's structure tied with it (step variable at most
+    TIE_TOLERANCE above), each excluded from the model once found."""
+    model = built.model
+    step = solver.Value(built.steps.step)
+    within = model.NewBoolVar("tied_with_rank")
+    model.Add(built.steps.step <= step + round(step * TIE_TOLERANCE)).OnlyEnforceIf(within)
+    assumptions = [within, *_literals(built, representative, STRUCTURAL_KNOBS)]
+    exclude(built, representative, (*KNOBS, "dp"))
+    found: list[Strategy] = []
+    while len(found) < MAX_VARIANTS and _left_s(deadline) > 0:
+        model.ClearAssumptions()
+        model.AddAssumptions(assumptions)
+        variant_solver, status = solve(built, _left_s(deadline), workers)
+        if status not in SOLVED:
+            break
+        found.append(decode(built, variant_solver))
+        exclude(built, found[-1], (*KNOBS, "dp"))
+    model.ClearAssumptions()
+    return tuple(found)
+
+
+def _literals(built: PlanModel, strategy: Strategy, knobs: tuple[str, ...]) -> list:
+    values = Knobs.from_strategy(strategy).as_dict()
+    chosen = [built.variables.is_value(name, int(values[name])) for name in knobs]
+    return [literal for literal in chosen if literal is not None]
+
+
+def exclude(built: PlanModel, strategy: Strategy, knobs: tuple[str, ...]) -> None:
+    """Forbid this strategy's assignment of ``knobs`` (a no-good)."""
+    built.model.AddBoolOr([literal.Not() for literal in _literals(built, strategy, knobs)])
