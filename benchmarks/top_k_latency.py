@@ -2,8 +2,9 @@
 
     python benchmarks/top_k_latency.py [--repeats 3]
 
-Each alternative is one warm re-solve (the last one excluded, its objective a lower bound, no
-presolve); the table shows the median wall time of plan() per K and the cost per extra rank.
+Ranks are distinct step times (planner.ranking): one re-solve per strategy walked, tied ones
+included (each excluded once found, the last objective a lower bound); the table shows the median
+wall time of plan() per K and the cost per extra rank.
 """
 
 from __future__ import annotations
