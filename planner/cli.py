@@ -540,6 +540,8 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
                     else None,
                 },
             }
+        if result.unreachable is not None:
+            payload["unreachable"] = result.unreachable.model_dump(mode="json")
         if result.diagnosis is not None:
             payload["diagnosis"] = result.diagnosis.model_dump(mode="json")
         if front is not None:

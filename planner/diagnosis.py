@@ -53,7 +53,8 @@ class Conflict(BaseModel):
     family: str
     label: str
     detail: str
-    value: float | None = None
+    value: int | float | None = None
+    """The conflict's number, when it has one (a GPU count is an int, in JSON too)."""
     unit: str | None = None
     strategy: Strategy | None = None
 
@@ -63,7 +64,7 @@ class Relaxation(BaseModel):
 
     quantity: str
     change: str
-    value: float | None = None
+    value: int | float | None = None
     unit: str | None = None
     verified: bool
     strategy: Strategy | None = None
@@ -411,15 +412,16 @@ class _Session:
                 ),
             )
         if family == "target" and self.target is not None:
-            return Conflict(family=family, label=label, detail=self.target_detail())
+            return self.target_conflict(label)
         return Conflict(
             family=family,
             label=label,
             detail=f"{label} rules out every strategy that fits with the rest",
         )
 
-    def target_detail(self) -> str:
-        """The best the problem can do without the target."""
+    def target_conflict(self, label: str) -> Conflict:
+        """The best the problem can do without the target: its strategy, and as the value its
+        MFU (an MFU goal) or its step time (a step-time goal)."""
         free = functools.partial(self.plan_fn, target=None)
         result = free(
             self.ctx.model,
@@ -431,11 +433,22 @@ class _Session:
             **self.limits,
         )
         if result.strategy is None:
-            return "no strategy fits even without the target"
-        return (
-            f"unreachable here: the best strategy without it takes "
-            f"{result.estimate.step_time_s:.4g} s per step, MFU {result.estimate.mfu:.1%} "
-            f"({result.strategy.describe()})"
+            return Conflict(
+                family="target", label=label, detail="no strategy fits even without the target"
+            )
+        estimate = result.estimate
+        detail = (
+            f"unreachable here: the best strategy without it reaches MFU {estimate.mfu:.1%}, "
+            f"{estimate.step_time_s:.4g} s per step ({result.strategy.describe()})"
+        )
+        by_mfu = self.target.min_mfu is not None
+        return Conflict(
+            family="target",
+            label=label,
+            detail=detail,
+            value=estimate.mfu if by_mfu else estimate.step_time_s,
+            unit="MFU" if by_mfu else "s",
+            strategy=result.strategy,
         )
 
     def least_memory(

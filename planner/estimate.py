@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.memory import StageMemory
 from planner.cost.step import StepTerms
 
 
@@ -34,6 +35,11 @@ class Estimate(BaseModel):
     breakdown_s: dict[str, float]
     memory_gib: dict[str, dict[str, float]]
     most_loaded_stage: str
+    """The pipeline stage that needs the most HBM (the ``hbm`` rows are its)."""
+    memory_stage: dict[str, str]
+    """Per tier (the keys of ``memory_gib``): the stage, first or last, whose rows and total
+    that tier lists: the one that loads that tier most, which may differ between tiers (the
+    first stage holds the in-flight activations, the last the logits)."""
     fits: bool
     overflows: list[str]
     warnings: list[str]
@@ -44,11 +50,16 @@ def _scalar(value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def _stage_name(stage: StageMemory, first: StageMemory) -> str:
+    return "first" if stage is first else "last"
+
+
 def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list[str]) -> Estimate:
     """Turn the cost model's terms for a single strategy into an Estimate."""
     first, last = terms.first_stage, terms.last_stage
     stage = first if _scalar(first.hbm_total) >= _scalar(last.hbm_total) else last
     memory: dict[str, dict[str, float]] = {}
+    stages = {"hbm": _stage_name(stage, first)}
     overflows: list[str] = []
     hbm = ctx.system.hbm
     usable = hbm.capacity_gib * ctx.job.hbm_usable_fraction
@@ -76,6 +87,7 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
             for name, value in loaded.offloaded_items[index - 1].items()
         }
         total = _scalar(terms.offload_bytes(index)) / BYTES_PER_GIB
+        stages[f"offload_{index}"] = _stage_name(loaded, first)
         memory[f"offload_{index}"] = {
             **items,
             "total": total,
@@ -112,7 +124,8 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
         model_tflop_per_step=terms.model_flops / 1e12,
         breakdown_s={name: _scalar(value) for name, value in terms.breakdown().items()},
         memory_gib=memory,
-        most_loaded_stage="first" if stage is first else "last",
+        most_loaded_stage=stages["hbm"],
+        memory_stage=stages,
         fits=not overflows,
         overflows=overflows,
         warnings=warnings,

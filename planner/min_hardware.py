@@ -34,7 +34,7 @@ from constraints import build_plan_model
 from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
 from planner import limits as lim
-from planner.api import as_model, as_system
+from planner.api import as_model, as_system, evaluate
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.diagnosis import Diagnosis
 from planner.errors import InputError
@@ -69,10 +69,24 @@ class Minimum(BaseModel):
     below_diagnosis: Diagnosis | None
 
 
+class Unreachable(BaseModel):
+    """The goal rules every strategy out even at the top of the searched domain: what the best
+    plan there (the fastest, hence the highest MFU) reaches without it."""
+
+    goal: str
+    at: str
+    """The hardware the best plan was found on: the top of the searched domain."""
+    best_step_time_s: float
+    best_mfu: float
+    strategy: Strategy
+
+
 class MinHardwareResult(BaseModel):
     status: Literal["optimal", "feasible", "infeasible", "unknown"]
     minimum: Minimum | None
     diagnosis: Diagnosis | None
+    unreachable: Unreachable | None = None
+    """Set when the status is infeasible because of the goal (see Unreachable)."""
     wall_time_s: float
     goal: str
     domain: str
@@ -136,6 +150,7 @@ def min_hardware(
         status=found[0],
         minimum=found[1],
         diagnosis=found[2],
+        unreachable=query.unreachable,
         wall_time_s=time.perf_counter() - started,
         goal=target.describe() if _has_goal(target) else "fits",
     )
@@ -160,6 +175,8 @@ class _Query:
     time_limit_s: float
     max_gpus: int | None
     bandwidth_range: tuple[float, float] | None
+    unreachable: Unreachable | None = None
+    """Set by ``infeasible`` when the goal is what no hardware in the domain meets."""
 
     def __post_init__(self) -> None:
         model, system, quantity, gpus = self.model, self.system, self.quantity, self.gpus
@@ -239,11 +256,14 @@ class _Query:
         )
         return ("optimal" if proven else "feasible", minimum, None)
 
-    def infeasible(self, **changes) -> tuple:
-        """No value in the domain works: the diagnosis of the problem at the domain's top."""
+    def infeasible(self, top: str, **changes) -> tuple:
+        """No value in the domain works: the diagnosis of the problem at the domain's top
+        (``top``, in words), and what the goal's best plan there reaches when the goal is among
+        the conflicting constraints."""
+        system = changes.get("system", self.system)
         result = plan(
             self.model,
-            changes.get("system", self.system),
+            system,
             self.job,
             changes.get("gpus", self.gpus or self.system.max_gpus or 1),
             pins=self.pins,
@@ -251,7 +271,25 @@ class _Query:
             time_limit_s=self.time_limit_s,
             **self.limits,
         )
+        self.unreachable = self.best_without_goal(result.diagnosis, system, top)
         return ("infeasible", None, result.diagnosis)
+
+    def best_without_goal(
+        self, diagnosis: Diagnosis | None, system: SystemSpec, top: str
+    ) -> Unreachable | None:
+        """The diagnosis's best plan without the goal, when the goal is one of its conflicts."""
+        conflicts = diagnosis.conflicts if diagnosis is not None else []
+        best = next((c.strategy for c in conflicts if c.family == "target" and c.strategy), None)
+        if best is None:
+            return None
+        estimate = evaluate(self.model, system, self.job, best)
+        return Unreachable(
+            goal=self.target.describe(),
+            at=f"{top} (the top of the searched domain)",
+            best_step_time_s=estimate.step_time_s,
+            best_mfu=estimate.mfu,
+            strategy=best,
+        )
 
     # -- GPU count and cost ------------------------------------------------------------------
     def free_gpus(self) -> tuple:
@@ -280,7 +318,8 @@ class _Query:
         solver, status = solve(built, self.time_limit_s, lp_fallback=False)
         if status not in SOLVED:
             if status == cp_model.INFEASIBLE:
-                return self.infeasible(gpus=min(bound, 1 << 20))
+                top = min(bound, lim.MAX_GPUS)
+                return self.infeasible(f"{top} GPUs", gpus=top)
             return ("unknown", None, None)
         least = decode(built, solver).gpus
         result = self.plan_at(gpus=least)
@@ -322,25 +361,46 @@ class _Query:
         solver, status = solve(built, self.time_limit_s, lp_fallback=False)
         if status not in SOLVED:
             if status == cp_model.INFEASIBLE:  # diagnosed with the tier at the domain's top
-                tier = 0 if family == "hbm" else 1
-                return self.infeasible(system=_with_capacity(system, tier, lim.MAX_CAPACITY_GIB))
+                tier, what = (0, "HBM") if family == "hbm" else (1, "offload capacity")
+                return self.infeasible(
+                    f"{lim.MAX_CAPACITY_GIB:g} GiB of {what} per GPU",
+                    system=_with_capacity(system, tier, lim.MAX_CAPACITY_GIB),
+                )
             return ("unknown", None, None)
         gib = solver.Value(need) * built.needs.unit_bytes / BYTES_PER_GIB
         if family == "hbm":
             gib /= self.job.hbm_usable_fraction
-        steps = math.ceil(gib / step - 1e-9)
-        value = round(steps * step, 6)  # on the grid (4 significant digits merged neighbours)
         tier = 0 if family == "hbm" else 1
-        result = self.plan_at(system=_with_capacity(system, tier, value))
-        below_value = round((steps - 1) * step, 6)
-        below = (
-            self.plan_at(system=_with_capacity(system, tier, below_value), diagnose="conflict")
-            if below_value > 0
-            else None
+        steps, result, below = self.settle_capacity(
+            system, tier, step, math.ceil(gib / step - 1e-9)
         )
+        proven = below.status == "infeasible" if below else status == cp_model.OPTIMAL
         return self.answer(
-            value, status == cp_model.OPTIMAL, result, below_value if below else None, below
+            _on_grid(steps, step),
+            proven,
+            result,
+            _on_grid(steps - 1, step) if below else None,
+            below,
         )
+
+    def settle_capacity(
+        self, system: SystemSpec, tier: int, step: float, steps: int
+    ) -> tuple[int, Plan, Plan | None]:
+        """(grid steps, the plan there, the plan one step below) of the least capacity plan
+        itself fits at; no plan below the grid's lowest value (0.1 GiB of HBM, 0 GiB of offload).
+        The query's need is an upper bound of plan's, not always equal: a need of up to 64 TiB
+        takes a coarser memory unit than plan's at the answer (entries round up to 64 KiB
+        instead of 1 KiB for 1,000 layers on 1,000 GPUs), so plan can fit one step below it.
+        Then the answer steps down, until plan does not fit below."""
+        lowest = 1 if tier == 0 else 0
+        result = self.plan_at(system=_with_capacity(system, tier, _on_grid(steps, step)))
+        while steps > lowest:
+            below_system = _with_capacity(system, tier, _on_grid(steps - 1, step))
+            below = self.plan_at(system=below_system, diagnose="conflict")
+            if below.strategy is None:
+                return steps, result, below
+            steps, result = steps - 1, below
+        return steps, result, None
 
     # -- bandwidths --------------------------------------------------------------------------
     def bandwidth(self) -> tuple:
@@ -363,7 +423,8 @@ class _Query:
         if status not in SOLVED:
             top = with_bandwidth(self.system, knob, grid[-1])
             if status == cp_model.INFEASIBLE:
-                return self.infeasible(system=top)
+                what = "offload" if knob == "offload_bw" else "scale-out"
+                return self.infeasible(f"{grid[-1]:g} GB/s of {what} bandwidth", system=top)
             return ("unknown", None, None)
         level = int(np.argmax([solver.Value(b) for b in built.variables.onehot[knob]]))
         value = grid[level]
@@ -378,6 +439,11 @@ class _Query:
         return self.answer(
             value, status == cp_model.OPTIMAL, result, grid[level - 1] if level else None, below
         )
+
+
+def _on_grid(steps: int, step: float) -> float:
+    """``steps`` grid steps of ``step`` GiB, without binary-fraction noise (0.30000000000000004)."""
+    return round(steps * step, 6)
 
 
 def _with_capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:

@@ -156,12 +156,13 @@ def memory_table(estimate: Estimate, system: SystemSpec) -> Table:
     names = {"hbm": system.hbm.name}
     names.update({f"offload_{i}": t.name for i, t in enumerate(system.offload_tiers, start=1)})
     table = Table(
-        title=f"Memory per GPU, GiB ({estimate.most_loaded_stage} pipeline stage)",
+        title="Memory per GPU, GiB",
         title_justify="left",
     )
     table.add_column("item")
     for tier in tiers:
-        table.add_column(names.get(tier, tier), justify="right")
+        stage = estimate.memory_stage[tier]
+        table.add_column(f"{names.get(tier, tier)}\n{stage} stage", justify="right")
     rows = [
         "weights",
         "gradients",
@@ -378,21 +379,42 @@ def print_min_hardware(console: Console, result, model: ModelSpec, system: Syste
             f"[red]No hardware in the searched domain meets the goal[/] "
             f"(status {result.status}, {result.wall_time_s:.1f} s); searched: {result.domain}."
         )
+        if result.unreachable is not None:
+            print_unreachable(console, result.unreachable)
         if result.diagnosis is not None:
             print_diagnosis(console, result)
         return
     proof = "[green]proven minimal[/]" if minimum.proven else "[yellow]best found[/]"
     console.print(
-        f"least {minimum.quantity}: [bold]{minimum.value:g} {minimum.unit}[/] "
+        f"least {minimum.quantity}: [bold]{format_quantity(minimum.value)} {minimum.unit}[/] "
         f"({proof}, {result.wall_time_s:.1f} s)"
     )
     if minimum.below_value is not None:
-        line = f"one step below, {minimum.below_value:g} {minimum.unit}: {minimum.below_status}"
+        below = format_quantity(minimum.below_value)
+        line = f"one step below, {below} {minimum.unit}: {minimum.below_status}"
         if minimum.below_diagnosis is not None:
             labels = "; ".join(c.label for c in minimum.below_diagnosis.conflicts)
             line += f" (conflict: {labels})"
         console.print(line)
     print_estimate(console, minimum.estimate, minimum.strategy, system)
+
+
+def print_unreachable(console: Console, unreachable) -> None:
+    """The goal no hardware in the domain meets, and the best the domain's top reaches."""
+    console.print(
+        f"[red]{unreachable.goal} is unreachable:[/] the best plan at {unreachable.at} reaches "
+        f"MFU {unreachable.best_mfu:.1%}, {unreachable.best_step_time_s:.4g} s per step "
+        f"({unreachable.strategy.describe()})."
+    )
+
+
+def format_quantity(value: int | float) -> str:
+    """A hardware quantity as a plain number: an int as it is (1048576 GPUs, not 1.04858e+06), a
+    float to 6 significant digits (2926.9 GiB), or to the unit from a million up (12345679 USD,
+    not 1.23457e+07)."""
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.0f}"
 
 
 def print_pareto(console: Console, front, first: str, second: str) -> None:
@@ -403,8 +425,8 @@ def print_pareto(console: Console, front, first: str, second: str) -> None:
         )
     for point in front:
         table.add_row(
-            f"{point.first:g}",
-            f"{point.second:g}",
+            format_quantity(point.first),
+            format_quantity(point.second),
             f"{point.step_time_s:.4g}",
             f"{point.mfu:.1%}",
             point.strategy.describe(),

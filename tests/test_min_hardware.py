@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
+from planner.api import evaluate
 from planner.cli import main
 from planner.min_hardware import bandwidth_grid, min_hardware, pareto
 from planner.plan import plan
-from planner.specs import JobSpec
+from planner.specs import JobSpec, Strategy
 from tests.conftest import gpt_model, simple_system
 
 MODEL = gpt_model(hidden=1024, layers=8, heads=16, ffn_hidden=4096, seq_len=1024)
@@ -204,7 +205,7 @@ def _minimum_is_exact(model, sys, job, gpus, quantity, target) -> None:
     )
     assert at.strategy is not None, (quantity, value)
     below = round(value - step, 6)
-    if below > 0:
+    if below >= (step if quantity == "hbm" else 0.0):  # the grids' lowest: 0.1 / 0 GiB
         under = _with_tier_capacity(sys, tier, below)
         assert plan(model, under, job, gpus, target=target, diagnose=False).strategy is None
         assert result.minimum.below_value == below
@@ -295,3 +296,116 @@ def test_every_memory_total_is_the_sum_of_its_rows() -> None:
                 if k not in ("total", "capacity", "usable", "headroom")
             }
             assert sum(parts.values()) == pytest.approx(rows["total"]), (tier, rows)
+
+
+def test_least_hbm_agrees_with_plan_where_the_query_rounds_memory_coarser() -> None:
+    """Regression: 1,000 layers on 1,000 GPUs make the query's memory unit 64 KiB (its need may
+    reach 64 TiB) while plan's at the answer is 1 KiB. With a strategy's need 20 KiB under the
+    1.1 GiB grid point, the query answered 1.2 GiB (proven), yet plan fits at 1.1 GiB."""
+    model = gpt_model(hidden=4096, layers=1000, heads=4, ffn_hidden=16384, seq_len=1024, vocab=1024)
+    sys = system(4.0, gpus_per_node=8, max_gpus=1024)
+    lean = Strategy(
+        tp=4,
+        dp=250,
+        recompute="full",
+        sequence_parallel=True,
+        zero_stage=3,
+        offload_weights=1,
+        offload_activations=1,
+        offload_optimizer=1,
+    )
+    job = JobSpec(global_batch=4000, hbm_reserve_gib=0.1)
+    need_gib = evaluate(model, sys, job, lean).memory_gib["hbm"]["total"]
+    grid_point = 1.1
+    reserve = 0.1 + grid_point * job.hbm_usable_fraction - need_gib - 20 / 2**20
+    job = job.model_copy(update={"hbm_reserve_gib": reserve})
+    minimum = min_hardware(model, sys, job, "hbm", gpus=1000).minimum
+    assert minimum is not None and minimum.value <= grid_point  # plan fits `lean` there
+    assert minimum.below_value == round(minimum.value - 0.1, 6)
+    assert minimum.below_status == "infeasible"
+
+
+@pytest.fixture
+def spec_args(tmp_path):
+    """CLI arguments naming MODEL and a system (``system(hbm_gib, **fields)``) as spec files."""
+
+    def args(hbm_gib: float = 4.0, **fields) -> list[str]:
+        model_file, system_file = tmp_path / "model.json", tmp_path / "system.json"
+        model_file.write_text(json.dumps(MODEL.model_dump(mode="json")))
+        system_file.write_text(json.dumps(system(hbm_gib, **fields).model_dump(mode="json")))
+        return ["min-hardware", "--model", str(model_file), "--system", str(system_file)] + [
+            "--global-batch",
+            "32",
+            "--hbm-reserve-gib",
+            "0.1",
+        ]
+
+    return args
+
+
+def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().out
+
+
+def test_cli_unreachable_goal_says_what_and_the_best_reached(
+    capsys: pytest.CaptureFixture[str], spec_args
+) -> None:
+    """Issue 10, item 6: the goal is named unreachable with the best MFU reachable, in the
+    table and under ``unreachable`` in JSON (the diagnosis's target conflict has it as value)."""
+    argv = spec_args() + ["--gpus", "8", "--minimize", "hbm", "--min-mfu", "0.99"]
+    code, out = _run(capsys, argv)
+    text = " ".join(out.split())
+    assert code == 3
+    assert "(MFU ≥ 99.0%) is unreachable: the best plan at 65536 GiB of HBM per GPU" in text
+    shown = re.search(r"is unreachable: .*? reaches MFU (\d+\.\d)%", text)
+    code, out = _run(capsys, [*argv, "--json"])
+    payload = json.loads(out)
+    assert code == 3 and payload["status"] == "infeasible"
+    unreachable = payload["unreachable"]
+    assert 0 < unreachable["best_mfu"] < 0.99
+    assert shown and shown.group(1) == f"{unreachable['best_mfu'] * 100:.1f}"
+    strategy = unreachable["strategy"]
+    assert strategy["tp"] * strategy["pp"] * strategy["dp"] == 8
+    (target,) = [c for c in payload["diagnosis"]["conflicts"] if c["family"] == "target"]
+    assert target["unit"] == "MFU" and target["value"] == pytest.approx(unreachable["best_mfu"])
+
+
+def test_cli_counts_are_ints_and_large_values_have_no_exponent(
+    capsys: pytest.CaptureFixture[str], spec_args
+) -> None:
+    """Issue 10, item 7: a GPU count in a diagnosis is an int in JSON (it was 4.0), and a
+    minimum of millions prints in full in the table (it was 7.11901e+06)."""
+    argv = spec_args(0.3) + ["--gpus", "2", "--minimize", "offload-capacity", "--json"]
+    code, out = _run(capsys, argv)
+    (fewest,) = [r for r in json.loads(out)["diagnosis"]["relaxations"] if r["quantity"] == "gpus"]
+    assert code == 3 and fewest["value"] == 4 and isinstance(fewest["value"], int)
+    argv = spec_args(gpu_hour_usd=1e6) + ["--minimize", "cost", "--train-tokens", "1e10"]
+    code, out = _run(capsys, argv)
+    shown = re.search(r"least cost: (\S+) USD", out)
+    code, out = _run(capsys, [*argv, "--json"])
+    value = json.loads(out)["minimum"]["value"]
+    assert code == 0 and value > 1e6
+    assert shown and shown.group(1) == f"{value:.0f}"
+
+
+def test_cli_memory_columns_name_their_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 10, item 8: mt-128t's minimum-HBM plan loads HBM most on the last stage and the
+    offload tier on the first (in-flight activations): each column says whose rows it lists
+    (the table's title said "last pipeline stage" for both), and its rows add up to its total."""
+    argv = [
+        *("evaluate", "--model", "mt-128t", "--system", "h100-offload-512g", "--gpus", "16384"),
+        *("--global-batch", "4096", "--tp", "8", "--pp", "32", "--micro-batch", "1"),
+        *("--interleave", "15", "--recompute", "full", "--sequence-parallel", "--zero-stage", "1"),
+        *("--offload-activations", "1", "--offload-optimizer", "1"),
+    ]
+    code, out = _run(capsys, argv)
+    assert code == 3  # 80 GiB of HBM is far too little; the table is printed all the same
+    header = next(line for line in out.splitlines() if "stage" in line and "item" in line)
+    assert header.index("last stage") < header.index("first stage")
+    code, out = _run(capsys, [*argv, "--json"])
+    estimate = json.loads(out)["estimate"]
+    assert estimate["memory_stage"] == {"hbm": "last", "offload_1": "first"}
+    offload = estimate["memory_gib"]["offload_1"]
+    rows = ("weights", "gradients", "optimizer", "activations")
+    assert sum(offload[k] for k in rows) == pytest.approx(offload["total"])
