@@ -156,6 +156,9 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
 def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=_gpu_count, default=1, help="tensor parallel size")
     parser.add_argument(
+        "--cp", type=_gpu_count, default=1, help="context parallel size (sequence split)"
+    )
+    parser.add_argument(
         "--pp", type=_whole(1, lim.MAX_LAYERS), default=1, help="pipeline parallel size"
     )
     parser.add_argument("--dp", type=_gpu_count, help="data parallel size (default: from --gpus)")
@@ -334,15 +337,16 @@ def _strategy(args: argparse.Namespace) -> Strategy:
     if dp is None:
         if args.gpus is None:
             dp = 1
-        elif args.gpus % (args.tp * args.pp):
+        elif args.gpus % (args.tp * args.cp * args.pp):
             raise InputError(
-                f"--gpus = {args.gpus} is not divisible by tp·pp = {args.tp}·{args.pp} = "
-                f"{args.tp * args.pp}"
+                f"--gpus = {args.gpus} is not divisible by tp·cp·pp = "
+                f"{args.tp}·{args.cp}·{args.pp} = {args.tp * args.cp * args.pp}"
             )
         else:
-            dp = args.gpus // (args.tp * args.pp)
+            dp = args.gpus // (args.tp * args.cp * args.pp)
     return Strategy(
         tp=args.tp,
+        cp=args.cp,
         pp=args.pp,
         dp=dp,
         micro_batch=args.micro_batch,
@@ -409,10 +413,7 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
     job = _job(args)
     strategy = _strategy(args)
     if args.gpus is not None and strategy.gpus != args.gpus:
-        raise InputError(
-            f"tp·pp·dp = {strategy.tp}·{strategy.pp}·{strategy.dp} = {strategy.gpus} "
-            f"must equal --gpus = {args.gpus}"
-        )
+        raise InputError(f"{strategy.product_text()} must equal --gpus = {args.gpus}")
     estimate = evaluate(model, system, job, strategy)
     if args.json:
         _print_json(

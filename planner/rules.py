@@ -29,7 +29,7 @@ def strategy_violations(
     s = strategy
     problems: list[str] = []
     if gpus is not None and s.gpus != gpus:
-        problems.append(f"tp·pp·dp = {s.tp}·{s.pp}·{s.dp} = {s.gpus} must equal gpus = {gpus}")
+        problems.append(f"{s.product_text()} must equal gpus = {gpus}")
     if system.max_gpus is not None and s.gpus > system.max_gpus:
         problems.append(f"gpus = {s.gpus}: system {system.name!r} has at most {system.max_gpus}")
     tp_ok = [
@@ -55,6 +55,13 @@ def strategy_violations(
         )
     if s.interleave > 1:
         problems.extend(_interleave_violations(model, job, s))
+    seq_len = job.seq_len_for(model)
+    if s.cp > 1 and seq_len % (2 * s.cp):
+        problems.append(
+            f"cp = {s.cp}: the sequence ({seq_len}) must split into 2·cp = {2 * s.cp} equal "
+            f"chunks (Megatron-Core's causal load balancing); allowed: "
+            f"{_allowed([c for c in divisors(seq_len // 2) if c > 1] if seq_len % 2 == 0 else [])}"
+        )
     tiers = len(system.memory_tiers) - 1
     for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
         tier = getattr(s, knob)

@@ -251,6 +251,8 @@ class Strategy(Spec):
     k ≥ 1 moves them to offload tier k."""
 
     tp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    cp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    """Context parallelism: each sequence split over cp ranks (Megatron-Core CP)."""
     pp: int = Field(default=1, gt=0, le=lim.MAX_LAYERS)
     dp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
     micro_batch: int = Field(default=1, gt=0, le=lim.MAX_GLOBAL_BATCH)
@@ -266,11 +268,22 @@ class Strategy(Spec):
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    def product_text(self) -> str:
+        """The GPU count as its factors, e.g. ``tp·pp·dp = 8·16·8 = 1024`` (cp when > 1)."""
+        names, values = ["tp", "pp", "dp"], [self.tp, self.pp, self.dp]
+        if self.cp > 1:
+            names.insert(1, "cp")
+            values.insert(1, self.cp)
+        return f"{'·'.join(names)} = {'·'.join(map(str, values))} = {self.gpus}"
 
     def describe(self) -> str:
         """A compact one-line description, e.g. ``tp=8 pp=16 dp=8 mb=1 v=2 selective+SP``."""
-        parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"mb={self.micro_batch}"]
+        parts = [f"tp={self.tp}"]
+        if self.cp > 1:
+            parts.append(f"cp={self.cp}")
+        parts += [f"pp={self.pp}", f"dp={self.dp}", f"mb={self.micro_batch}"]
         if self.interleave > 1:
             parts.append(f"v={self.interleave}")
         parts.append(self.recompute + ("+SP" if self.sequence_parallel else ""))

@@ -50,6 +50,7 @@ class Knobs:
     """Strategy knobs as numpy arrays that broadcast together (recompute as 0/1/2 codes)."""
 
     tp: np.ndarray
+    cp: np.ndarray
     pp: np.ndarray
     dp: np.ndarray
     micro_batch: np.ndarray
