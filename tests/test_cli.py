@@ -47,6 +47,7 @@ def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     payload = json.loads(out)
     assert payload["strategy"] == {
         "tp": 8,
+        "cp": 1,
         "pp": 16,
         "dp": 8,
         "micro_batch": 1,
