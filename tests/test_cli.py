@@ -200,7 +200,7 @@ def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None
                 "--pp",
                 "16",
             ],
-            "not divisible by tp·pp",
+            "not divisible by tp·cp·pp",
         ),
         (
             [
