@@ -10,11 +10,17 @@ baseline measured in the same rounds: ``python -c "import rich, pydantic, yaml, 
 commands that never solve, ``python -c "from ortools.sat.python import cp_model"`` for ``plan``
 (the README's main job). The targets (issue 17): catalog systems and evaluate within 2× their
 baseline, plan within 1.5×.
+
+Python caches compiled modules (``__pycache__``) unless ``PYTHONDONTWRITEBYTECODE`` is set; a
+user's does, so the commands run without that variable (``--env-as-is`` keeps it: then an
+editable install recompiles planner's sources on every run, ~30 ms, while a wheel install has
+its bytecode compiled by pip at install time).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -40,20 +46,22 @@ COMMANDS = [
 ]
 
 
-def run_once(command: list[str]) -> float:
+def run_once(command: list[str], env: dict[str, str]) -> float:
     """Wall seconds of one fresh process, output discarded."""
     started = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=env
+    )
     return time.perf_counter() - started
 
 
-def medians(commands: dict[str, list[str]], repeats: int) -> dict[str, float]:
+def medians(commands: dict[str, list[str]], repeats: int, env: dict[str, str]) -> dict[str, float]:
     """Median wall seconds of each command over ``repeats`` interleaved rounds (one warm-up
     round first, untimed, so the first timed run does not pay for a cold file cache)."""
     times: dict[str, list[float]] = {name: [] for name in commands}
     for round_number in range(repeats + 1):
         for name, command in commands.items():
-            seconds = run_once(command)
+            seconds = run_once(command, env)
             if round_number:
                 times[name].append(seconds)
     return {name: statistics.median(values) for name, values in times.items()}
@@ -63,12 +71,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--only", help="the commands whose name contains this text")
+    parser.add_argument(
+        "--env-as-is", action="store_true", help="keep PYTHONDONTWRITEBYTECODE if it is set"
+    )
     args = parser.parse_args()
+    env = dict(os.environ)
+    if not args.env_as_is:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     chosen = [row for row in COMMANDS if not args.only or args.only in row[0]]
     commands = {name: [*PLANNER, *argv] for name, argv, _, _ in chosen}
     commands.update({f"baseline {name}": command for name, command in BASELINES.items()})
-    median = medians(commands, args.repeats)
-    print(f"{' '.join(PLANNER)}: medians of {args.repeats} interleaved runs")
+    median = medians(commands, args.repeats, env)
+    bytecode = "not cached" if env.get("PYTHONDONTWRITEBYTECODE") else "cached"
+    print(f"{' '.join(PLANNER)}: medians of {args.repeats} interleaved runs, bytecode {bytecode}")
     print(f"baseline import rich, pydantic, yaml, numpy: {median['baseline libraries']:.3f} s")
     print(f"baseline from ortools.sat.python import cp_model: {median['baseline solver']:.3f} s")
     print(f"| {'command':16s} | median s | × baseline | baseline  | target |")
