@@ -53,16 +53,20 @@ def test_plan_does_load_the_solver() -> None:
 
 
 def test_console_script_exits_with_mains_code_after_freezing(monkeypatch, capsys) -> None:
-    """planner.cli.run (the console script) skips the teardown collections, keeps the code."""
+    """planner.cli.run (the console script) collects less often and skips the teardown
+    collections (both left undone in this test process), and keeps main's exit code."""
     import planner.cli
 
     frozen = []
     monkeypatch.setattr(planner.cli.gc, "freeze", lambda: frozen.append(True))
+    thresholds = []
+    monkeypatch.setattr(planner.cli.gc, "set_threshold", lambda *t: thresholds.append(t[0]))
     monkeypatch.setattr(sys, "argv", ["planner", "catalog", "show", "no-such-thing"])
     with pytest.raises(SystemExit) as exit_info:
         planner.cli.run()
     assert exit_info.value.code == planner.cli.EXIT_BAD_INPUT
     assert frozen == [True]
+    assert thresholds == [planner.cli.YOUNG_GC_THRESHOLD]
     assert "no-such-thing" in capsys.readouterr().err
 
 
