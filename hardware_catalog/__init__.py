@@ -34,6 +34,12 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 def read_spec_file(path: Traversable, spec_type: type[SpecT], what: str) -> SpecT:
     """Load a YAML or JSON file (a user's ``Path`` or a packaged resource) into ``spec_type``;
     every failure is an InputError (one line). Reads at most MAX_SPEC_FILE_BYTES + 1 bytes."""
+    return _validate(read_spec_data(path, what), spec_type, what, path.name)
+
+
+def read_spec_data(path: Traversable, what: str) -> dict:
+    """The mapping a YAML or JSON spec file holds, unvalidated; every failure is an InputError
+    (one line). Reads at most MAX_SPEC_FILE_BYTES + 1 bytes."""
     where = f"{what} file {str(path)!r}"
     try:
         with path.open("rb") as stream:
@@ -60,10 +66,14 @@ def read_spec_file(path: Traversable, spec_type: type[SpecT], what: str) -> Spec
         raise InputError(
             f"{where}: more than {MAX_SPEC_NODES:,} values (YAML aliases expand; a spec is small)"
         )
+    return data
+
+
+def _validate(data: dict, spec_type: type[SpecT], what: str, file_name: str) -> SpecT:
     try:
         return spec_type.model_validate(data)
     except ValidationError as error:
-        raise InputError(describe_validation_error(error, f"{what} ({path.name})")) from None
+        raise InputError(describe_validation_error(error, f"{what} ({file_name})")) from None
 
 
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -92,16 +102,39 @@ def _node_count(data: object, limit: int) -> int:
 
 
 @cache
+def _file_names(kind: str) -> frozenset[str]:
+    """The file names in ``CATALOG / kind`` (one directory listing, no file read)."""
+    return frozenset(entry.name for entry in (CATALOG / kind).iterdir())
+
+
+@cache
+def _catalog_data(kind: str, file_name: str) -> dict:
+    """A catalog file's parsed YAML, read once per process: the name index and the spec loaded
+    from it share one parse (start-up time, issue 17)."""
+    return read_spec_data(CATALOG / kind / file_name, kind.removesuffix("s"))
+
+
+@cache
 def _entries(kind: str) -> dict[str, str]:
     """Map every lower-case name and alias of the catalog kind ('systems'/'models') to its file's
     name in ``CATALOG / kind``."""
     table: dict[str, str] = {}
-    for entry in (CATALOG / kind).iterdir():
-        if entry.name.endswith(".yaml"):
-            data = yaml.load(entry.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+    for file_name in sorted(_file_names(kind)):
+        if file_name.endswith(".yaml"):
+            data = _catalog_data(kind, file_name)
             for name in (data["name"], *data.get("aliases", ())):
-                table[str(name).lower()] = entry.name
+                table[str(name).lower()] = file_name
     return table
+
+
+def _file_for(kind: str, name: str) -> str | None:
+    """The catalog file of a name or alias, None if there is none. A canonical name is its
+    file's name (tests/test_catalog.py guards it, and that names and aliases are unique), so
+    it is found without reading every file of the catalog for the alias index."""
+    key = name.strip().lower()
+    if f"{key}.yaml" in _file_names(kind):
+        return f"{key}.yaml"
+    return _entries(kind).get(key)
 
 
 def _names(kind: str) -> list[str]:
@@ -125,7 +158,7 @@ def _looks_like_path(name: str) -> bool:
 def _resolve(kind: str, name: str, spec_type: type[SpecT], what: str) -> SpecT:
     if _looks_like_path(name):
         return read_spec_file(Path(name), spec_type, what)
-    file_name = _entries(kind).get(name.strip().lower())
+    file_name = _file_for(kind, name)
     if file_name is None:
         close = difflib.get_close_matches(name.lower(), _entries(kind).keys(), n=3, cutoff=0.5)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
@@ -138,7 +171,7 @@ def _resolve(kind: str, name: str, spec_type: type[SpecT], what: str) -> SpecT:
 
 @cache
 def _load_catalog_file(kind: str, file_name: str, spec_type: type[SpecT], what: str) -> SpecT:
-    return read_spec_file(CATALOG / kind / file_name, spec_type, what)
+    return _validate(_catalog_data(kind, file_name), spec_type, what, file_name)
 
 
 def load_system(name: str) -> SystemSpec:

@@ -25,16 +25,11 @@ from pydantic import BaseModel, Field
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.errors import InputError
+from planner.quantities import CALIBRATED_PARAMETERS
 from planner.specs import SystemSpec
 from planner.validation import Dataset, MeasuredRun, resolve
 
-PARAMETERS = (
-    "gemm_stack_efficiency",
-    "attention_efficiency",
-    "hbm_efficiency",
-    "scale_up_efficiency",
-    "scale_out_efficiency",
-)
+PARAMETERS = CALIBRATED_PARAMETERS
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_stack_efficiency": (0.3, 1.0),
     "attention_efficiency": (0.1, 1.0),

@@ -24,10 +24,10 @@ from planner.diagnosis import Diagnosis, pin_conflicts
 from planner.diagnosis import diagnose as run_diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate, build_estimate
-from planner.ranking import RankBy, rank
+from planner.ranking import Rank, RankBy, rank
 from planner.rules import strategy_warnings
 from planner.search_space import SearchSpace, build_search_space, stated_caps
-from planner.solving import DEFAULT_WORKERS, SOLVED, solve
+from planner.solving import DEFAULT_WORKERS, SOLVED, decode, solve
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
@@ -149,16 +149,18 @@ def plan(
         return infeasible(report)
     if status not in SOLVED:
         return Plan(status=report.status, strategy=None, estimate=None, solver=report)
-    ranks = rank(
-        built,
-        solver,
-        top,
-        rank_by,
-        lambda strategy: _estimate(ctx, strategy, system_spec).step_time_s,
-        started + time_limit_s,
-        workers,
-    )
-    best = ranks[0].strategy
+    best = decode(built, solver)  # the first rank's strategy, whatever the ranking
+    ranks: list[Rank] = []
+    if top > 1:  # with top = 1 the ranks' further solves (tied variants) would go unreported
+        ranks = rank(
+            built,
+            solver,
+            top,
+            rank_by,
+            lambda strategy: _estimate(ctx, strategy, system_spec).step_time_s,
+            started + time_limit_s,
+            workers,
+        )
     report.wall_time_s = time.perf_counter() - started
     alternatives = []
     if top > 1:

@@ -16,9 +16,10 @@ from typing import Any
 
 import hardware_catalog
 from planner.errors import InputError
+from planner.quantities import PLOT_KINDS
 from planner.sweep import HARDWARE_AXES, read_rows
 
-KINDS = ("mfu-vs-gpus", "breakdown", "memory", "offload-bandwidth", "offload-capacity")
+KINDS = PLOT_KINDS
 TIME_TERMS = (
     "forward",
     "backward",

@@ -1,5 +1,7 @@
-"""The hardware quantities a minimum-hardware query can minimise, with their units (a module of
-its own so that the CLI can offer them as choices without importing the solver)."""
+"""The names the CLI offers as choices, in a module of their own so that building the argument
+parser imports neither the solver, the cost model nor matplotlib: the hardware quantities a
+minimum-hardware query can minimise (with their units), the plot kinds, and the parameters
+``planner calibrate`` fits."""
 
 from __future__ import annotations
 
@@ -11,3 +13,15 @@ QUANTITIES: dict[str, str] = {
     "scale-out-bandwidth": "GB/s",
     "cost": "USD",
 }
+
+PLOT_KINDS = ("mfu-vs-gpus", "breakdown", "memory", "offload-bandwidth", "offload-capacity")
+"""What ``planner plot --kind`` draws (planner.plot.KINDS)."""
+
+CALIBRATED_PARAMETERS = (
+    "gemm_stack_efficiency",
+    "attention_efficiency",
+    "hbm_efficiency",
+    "scale_up_efficiency",
+    "scale_out_efficiency",
+)
+"""What ``planner calibrate`` can fit (planner.calibration.PARAMETERS)."""

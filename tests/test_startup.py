@@ -10,6 +10,8 @@ import sys
 import pytest
 
 HEAVY = ("ortools", "pandas", "matplotlib")
+NO_COST_MODEL = ("help", "catalog", "bad input")
+"""Commands that never evaluate a strategy: numpy (the cost model's) stays unloaded too."""
 
 COMMANDS = {
     "help": ["--help"],
@@ -35,7 +37,8 @@ print('LOADED', ','.join(loaded))
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_command_does_not_import_the_solver_or_plotting(name: str) -> None:
-    probe = PROBE.format(argv=COMMANDS[name], heavy=HEAVY)
+    heavy = (*HEAVY, "numpy") if name in NO_COST_MODEL else HEAVY
+    probe = PROBE.format(argv=COMMANDS[name], heavy=heavy)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     loaded = done.stdout.strip().splitlines()[-1]
     assert loaded == "LOADED", (name, loaded, done.stderr[-500:])
@@ -47,3 +50,39 @@ def test_plan_does_load_the_solver() -> None:
     probe = PROBE.format(argv=[*argv, "--global-batch", "64"], heavy=HEAVY)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert "ortools" in done.stdout.strip().splitlines()[-1]
+
+
+def test_console_script_exits_with_mains_code_after_freezing(monkeypatch, capsys) -> None:
+    """planner.cli.run (the console script) collects less often and skips the teardown
+    collections (both left undone in this test process), and keeps main's exit code."""
+    import planner.cli
+
+    frozen = []
+    monkeypatch.setattr(planner.cli.gc, "freeze", lambda: frozen.append(True))
+    thresholds = []
+    monkeypatch.setattr(planner.cli.gc, "set_threshold", lambda *t: thresholds.append(t[0]))
+    monkeypatch.setattr(sys, "argv", ["planner", "catalog", "show", "no-such-thing"])
+    with pytest.raises(SystemExit) as exit_info:
+        planner.cli.run()
+    assert exit_info.value.code == planner.cli.EXIT_BAD_INPUT
+    assert frozen == [True]
+    assert thresholds == [planner.cli.YOUNG_GC_THRESHOLD]
+    assert "no-such-thing" in capsys.readouterr().err
+
+
+def test_plan_of_one_does_not_rank(monkeypatch) -> None:
+    """With top = 1 the ranking's further solves (tied variants, dropped) are skipped; the
+    strategy is the one that top = 2 ranks first."""
+    import planner.plan
+    from planner.specs import JobSpec
+
+    job = JobSpec(global_batch=64)
+    ranked = planner.plan.plan("gpt3-1.3b", "dgx-h100", job, 8, top=2)
+
+    def no_rank(*args, **kwargs):
+        raise AssertionError("rank() called for top = 1")
+
+    monkeypatch.setattr(planner.plan, "rank", no_rank)
+    single = planner.plan.plan("gpt3-1.3b", "dgx-h100", job, 8)
+    assert single.strategy == ranked.strategy == ranked.alternatives[0].strategy
+    assert single.estimate == ranked.estimate
