@@ -149,7 +149,8 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         values |= {KEYS["recompute_method"]: "uniform", KEYS["recompute_layers"]: 1}
     if s.gpus % per_node:
         notes.append(f"gpus: {s.gpus} is not a whole number of {per_node}-GPU nodes")
-    if model.ffn_kind == "swiglu":
+    recipe = RECIPES.get(model.name)
+    if model.ffn_kind == "swiglu" and recipe is None:
         notes.append(
             "ffn_kind = swiglu: set model.config.activation_func to F.silu in Python (the "
             "Llama recipes' configs do; a callable is not a YAML value)"
@@ -165,7 +166,6 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         }
     if "offload_optimizer" in to_host:
         values |= {KEYS["offload_optimizer"]: True, KEYS["precision_aware"]: True}
-    recipe = RECIPES.get(model.name)
     base = f"nemo llm pretrain --factory {recipe}" if recipe else "a NeMo 2.0 pretrain recipe"
     header = [
         f"# NeMo 2.0 recipe overrides: {model.name} on {s.gpus} GPUs of {system.name}",
