@@ -361,3 +361,86 @@ def test_evaluate_from_does_not_import_the_solver() -> None:
     probe = PROBE.format(argv=argv, heavy=HEAVY)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip().splitlines()[-1] == "LOADED", done.stderr[-500:]
+
+
+MEGATRON_WORDS = [
+    *launch.megatron.FLAGS.values(), "torchrun", "--nnodes", "--nproc-per-node", "pretrain_gpt.py",
+    "--fp16", "--checkpoint-activations", "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy", "optim", "--cpu-offloading", "full", "selective",
+    "block", "0", "1", "2", "8", "-3", "96", "4096", "x", "'", "#",
+]  # fmt: skip
+VALUES = {
+    "nemo": ["0", "1", "2", "8", "true", "false", "null", "x", "[1]", "megatron", "full", "0.1"],
+    "torchtitan": ["0", "1", "2", "-1", "true", '"8B"', '"never"', '"op"', '"full"', "[1]"],
+}
+"""Odd and ordinary values for each key of the NeMo and torchtitan tables."""
+
+
+def _texts(fmt: str) -> st.SearchStrategy[str]:
+    """Random configurations: megatron word salads, NeMo / torchtitan files of real keys."""
+    if fmt == "megatron":
+        return st.lists(st.sampled_from(MEGATRON_WORDS), max_size=30).map(" ".join)
+    keys = list(launch.FORMATS[fmt].KEYS.values())
+    values = st.sampled_from(VALUES[fmt])
+    if fmt == "nemo":
+        lines = st.dictionaries(st.sampled_from(keys), values, max_size=20)
+        return lines.map(lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
+    sections = st.dictionaries(st.sampled_from(keys), values, max_size=20)
+    return sections.map(_toml_text)
+
+
+def _toml_text(values: dict[str, str]) -> str:
+    by_section: dict[str, list[str]] = {}
+    for key, value in values.items():
+        section, name = key.split(".", 1)
+        by_section.setdefault(section, []).append(f"{name} = {value}")
+    return "\n".join(f"[{section}]\n" + "\n".join(lines) for section, lines in by_section.items())
+
+
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_malformed_configurations_fail_cleanly(fmt: str, tmp_path: Path) -> None:
+    """Any configuration reads as a result (exit 0/3) or a one-line error (exit 2), never a
+    crash."""
+    path = tmp_path / "config"
+
+    @settings(max_examples=150, deadline=None)
+    @given(_texts(fmt))
+    def check(text: str) -> None:
+        path.write_text(text, encoding="utf-8")
+        argv = ["evaluate", "--from", fmt, str(path), "--system", OFFLOAD_SYSTEM]
+        argv += ["--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--json"]
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sys, "stdout", out)
+            patch.setattr(sys, "stderr", err)
+            code = main(argv)
+        assert code in (OK, BAD, INFEASIBLE), (text, err.getvalue())
+        if code == BAD:
+            assert err.getvalue().count("\n") == 1, err.getvalue()
+
+    check()
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_compare_when_nothing_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """Your configuration does not fit and no plan does: exit 3, best none."""
+    path = _write(tmp_path, "nemo", "gpt3-175b", "dgx-a100-80g", 64, TOO_BIG)
+    argv = ["evaluate", "--from", "nemo", path, "--system", "dgx-a100-80g", "--compare"]
+    assert main([*argv, "--json"] if as_json else argv) == INFEASIBLE
+    out, err = capsys.readouterr()
+    assert err == ""
+    if as_json:
+        compare = json.loads(out)["compare"]
+        assert compare["status"] == "infeasible" and compare["best_strategy"] is None
+        assert compare["yours_fits"] is False
+    else:
+        assert out.strip().endswith("best: none found (infeasible)")
+
+
+def test_compare_without_from(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["evaluate", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"]
+    argv += ["--global-batch", "64", "--tp", "8", "--recompute", "full", "--compare"]
+    compare = _json(capsys, argv)["compare"]
+    assert compare["speedup"] >= 1 and compare["changes"]

@@ -81,6 +81,13 @@ class Parsed:
     unsupported: list[str] = field(default_factory=list)
 
 
+def positive(where: str, value: int | None) -> int | None:
+    """``value`` unchanged when absent or ≥ 1; else an InputError naming ``where``."""
+    if value is not None and value < 1:
+        raise InputError(f"{where} = {value}: must be at least 1")
+    return value
+
+
 def host_tier(system: SystemSpec) -> int | None:
     """The index of the system's first offload tier that is host (CPU) memory, the only place a
     framework's CPU offloading can put tensors; None when the system has none."""
@@ -152,6 +159,8 @@ def settle(
         raise InputError(f"--gpus = {gpus} contradicts the {where}: {parsed.gpus_from}")
     gpus = gpus if gpus is not None else parsed.gpus
     knobs = dict(parsed.knobs)
+    for knob in ("tp", "cp", "pp"):
+        positive(f"the {where}'s {knob}", knobs.get(knob))
     if parsed.layers_per_virtual_stage is not None:
         knobs["interleave"] = _interleave(parsed, model.layers, int(knobs.get("pp", 1)))
     tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))
@@ -213,7 +222,10 @@ def _model_from_shape(parsed: Parsed, missing_hint: dict[str, str]) -> ModelSpec
 def _interleave(parsed: Parsed, layers: int, pp: int) -> int:
     """Virtual stages per rank from the layers per virtual stage: exact for Megatron-LM; rounded up
     as torchtitan does when first/last stages carry embedding weights (extra_stage_layers)."""
-    per_stage = parsed.layers_per_virtual_stage or 1
+    per_stage = parsed.layers_per_virtual_stage
+    if per_stage is None:
+        return 1
+    positive(f"the {parsed.fmt} configuration's layers per virtual pipeline stage", per_stage)
     total = layers + parsed.extra_stage_layers
     stages = -(-total // per_stage)
     if (parsed.extra_stage_layers == 0 and total % per_stage) or stages % pp:

@@ -51,7 +51,7 @@ import math
 import shlex
 
 from planner.errors import InputError
-from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier
+from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier, positive
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "megatron"
@@ -271,10 +271,10 @@ class _Args:
             raise InputError(f"megatron argument {name}: expected one value, got {len(values)}")
         return values[0]
 
-    def whole(self, name: str) -> int | None:
+    def whole(self, name: str, default: int | None = None) -> int | None:
         value = self.text(name)
         if value is None:
-            return None
+            return default
         try:
             return int(value)
         except ValueError:
@@ -307,12 +307,12 @@ def read(text: str, system: SystemSpec) -> Parsed:
     args = _Args(_flags(tokens[script + 1 :] if script is not None else tokens))
     parsed = Parsed(fmt=FORMAT)
     _read_launcher(_Args(_flags(launcher)), parsed)
-    tp = args.whole(FLAGS["tp"]) or 1
+    tp = args.whole(FLAGS["tp"], 1)
     parsed.knobs = {
         "tp": tp,
-        "pp": args.whole(FLAGS["pp"]) or 1,
-        "cp": args.whole(FLAGS["cp"]) or 1,
-        "micro_batch": args.whole(FLAGS["micro_batch"]) or 1,
+        "pp": args.whole(FLAGS["pp"], 1),
+        "cp": args.whole(FLAGS["cp"], 1),
+        "micro_batch": args.whole(FLAGS["micro_batch"], 1),
         "sequence_parallel": args.has(FLAGS["sequence_parallel"]) and tp > 1,
         "dp_overlap": args.has(FLAGS["dp_overlap"]),
         "tp_overlap": args.has(FLAGS["tp_overlap"]),
@@ -337,10 +337,11 @@ def read(text: str, system: SystemSpec) -> Parsed:
 
 
 def _read_launcher(launcher: _Args, parsed: Parsed) -> None:
-    nodes = launcher.whole("--nnodes")
+    nodes = positive("torchrun --nnodes", launcher.whole("--nnodes"))
     nproc = launcher.whole("--nproc-per-node")
     if nproc is None:
         nproc = launcher.whole("--nproc_per_node")
+    positive("torchrun --nproc-per-node", nproc)
     if nodes is not None or nproc is not None:
         parsed.gpus = (nodes or 1) * (nproc or 1)
         parsed.gpus_from = f"torchrun --nnodes {nodes or 1} --nproc-per-node {nproc or 1}"
@@ -464,7 +465,10 @@ def _vocab(args: _Args, tp: int) -> int | None:
     padded = args.whole(FLAGS["vocab"])
     if padded is not None:
         return padded
-    divisible = args.whole("--make-vocab-size-divisible-by") or 128
+    divisible = positive(
+        "megatron argument --make-vocab-size-divisible-by",
+        args.whole("--make-vocab-size-divisible-by", 128),
+    )
     size = args.whole("--vocab-size")
     tokenizer = args.text("--tokenizer-type")
     if size is None and (args.has("--vocab-file") or tokenizer == "GPT2BPETokenizer"):
@@ -472,5 +476,5 @@ def _vocab(args: _Args, tp: int) -> int | None:
     args.has("--merge-file")
     if size is None:
         return None
-    multiple = divisible * tp
+    multiple = (divisible or 1) * max(tp, 1)
     return math.ceil(size / multiple) * multiple

@@ -35,7 +35,7 @@ import yaml
 
 from hardware_catalog import MAX_SPEC_NODES, SAFE_LOADER, _node_count
 from planner.errors import InputError
-from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier
+from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier, positive
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "nemo"
@@ -252,7 +252,8 @@ def read(text: str, system: SystemSpec) -> Parsed:
         "tp_overlap": keys.get("tp_overlap", bool, False),
     }
     keys.get("param_overlap", bool)
-    nodes, devices = keys.get("nodes", int), keys.get("devices", int)
+    nodes = positive(KEYS["nodes"], keys.get("nodes", int))
+    devices = positive(KEYS["devices"], keys.get("devices", int))
     if nodes is not None or devices is not None:
         parsed.gpus = (nodes or 1) * (devices or 1)
         parsed.gpus_from = f"trainer.num_nodes × trainer.devices = {nodes or 1} × {devices or 1}"
