@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from planner import limits as lim
 from planner.errors import InputError
-from planner.quantities import CALIBRATED_PARAMETERS, PLOT_KINDS, QUANTITIES
+from planner.quantities import CALIBRATED_PARAMETERS, LAUNCH_FORMATS, PLOT_KINDS, QUANTITIES
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from constraints.target import PerformanceTarget
-    from planner.specs import JobSpec, Strategy
+    from planner.launch import LaunchConfig
+    from planner.specs import JobSpec, Strategy, SystemSpec
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_TIME_LIMIT = 0, 1, 2, 3, 4
 
@@ -77,30 +78,32 @@ _fraction = _number(0, 1)
 _seconds = _number(0, lim.MAX_TIME_LIMIT_S)
 
 
-def _add_problem_args(parser: argparse.ArgumentParser) -> None:
-    """--model, --system and the job's flags, shared by every command that takes a problem."""
-    parser.add_argument("--model", required=True, help="catalog name or path to a spec file")
+def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False) -> None:
+    """--model, --system and the job's flags, shared by every command that takes a problem.
+    With ``from_config`` (evaluate --from), --model and --global-batch may come from the file."""
+    optional = " (default: from --from's configuration)" if from_config else ""
+    parser.add_argument(
+        "--model", required=not from_config, help="catalog name or path to a spec file" + optional
+    )
     parser.add_argument("--system", required=True, help="catalog name or path to a spec file")
     parser.add_argument("--gpus", type=_gpu_count, help="GPU count (default: tp·pp·dp)")
     parser.add_argument(
         "--global-batch",
         type=_whole(1, lim.MAX_GLOBAL_BATCH),
-        required=True,
-        help="sequences per optimizer step",
+        required=not from_config,
+        help="sequences per optimizer step" + optional,
     )
     parser.add_argument("--seq-len", type=_whole(1, lim.MAX_SEQ_LEN), help="default: the model's")
-    parser.add_argument("--precision", choices=["bf16", "fp8"], default="bf16")
+    parser.add_argument("--precision", choices=["bf16", "fp8"], help="default: bf16")
     parser.add_argument(
         "--grad-dtype",
         choices=["fp32", "bf16"],
-        default="fp32",
-        help="gradient accumulation / reduction precision (Megatron: fp32)",
+        help="gradient accumulation / reduction precision (default: fp32, as Megatron)",
     )
     parser.add_argument(
         "--attention",
         choices=["flash", "materialized"],
-        default="flash",
-        help="flash: fused kernel; materialized: s×s scores in memory (2021-22)",
+        help="flash (default): fused kernel; materialized: s×s scores in memory (2021-22)",
     )
     parser.add_argument(
         "--train-tokens",
@@ -169,6 +172,14 @@ def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_emit_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--emit",
+        choices=list(LAUNCH_FORMATS),
+        help="also print the strategy as this framework's launch configuration",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="planner", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -179,8 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.add_argument("--json", action="store_true")
 
     evaluate_cmd = commands.add_parser("evaluate", help="predict one strategy's step time")
-    _add_problem_args(evaluate_cmd)
+    _add_problem_args(evaluate_cmd, from_config=True)
     _add_strategy_args(evaluate_cmd)
+    evaluate_cmd.add_argument(
+        "--from",
+        dest="from_config",
+        nargs=2,
+        metavar=("FORMAT", "PATH"),
+        help=f"read model, job and strategy from a configuration ({', '.join(LAUNCH_FORMATS)}); "
+        "PATH - reads standard input",
+    )
+    evaluate_cmd.add_argument(
+        "--compare",
+        action="store_true",
+        help="also plan the same job and print the difference to the best strategy",
+    )
+    _add_emit_arg(evaluate_cmd)
 
     plan_cmd = commands.add_parser("plan", help="find the provably optimal strategy")
     _add_problem_args(plan_cmd)
@@ -224,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=16,
         help="the search covers interleaves (virtual stages per rank) up to this (default 16)",
     )
+    _add_emit_arg(plan_cmd)
 
     hardware_cmd = commands.add_parser(
         "min-hardware", help="the least hardware that meets a goal, proven minimal"
@@ -297,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _job(args: argparse.Namespace) -> JobSpec:
+def _job(args: argparse.Namespace, stated: dict[str, object] | None = None) -> JobSpec:
+    """The job from the flags; ``stated`` (a configuration's fields) fills what they leave out."""
     from pydantic import ValidationError
 
     from planner.errors import describe_validation_error
@@ -313,6 +340,7 @@ def _job(args: argparse.Namespace) -> JobSpec:
         "hbm_reserve_gib": args.hbm_reserve_gib,
         "hbm_usable_fraction": args.hbm_usable_fraction,
     }
+    fields = {**(stated or {}), **{k: v for k, v in fields.items() if v is not None}}
     try:
         return JobSpec(**fields)
     except ValidationError as error:
@@ -402,39 +430,106 @@ def _find_any(name: str):
             raise InputError(str(system_error).replace("system", "system or model", 1)) from None
 
 
+def _strategy_defaults() -> dict[str, object]:
+    parser = argparse.ArgumentParser()
+    _add_strategy_args(parser)
+    return vars(parser.parse_args([]))
+
+
+def _read_config(args: argparse.Namespace, system: SystemSpec) -> LaunchConfig:
+    """evaluate --from FORMAT PATH: the configuration read; strategy flags may not be mixed in."""
+    from planner import launch
+    from planner.api import as_model
+
+    fmt, path = args.from_config
+    if fmt not in launch.FORMATS:
+        raise InputError(f"--from {fmt!r}: unknown format; allowed: {', '.join(launch.FORMATS)}")
+    given = [
+        f"--{dest.replace('_', '-')}"
+        for dest, default in _strategy_defaults().items()
+        if getattr(args, dest) != default
+    ]
+    if given:
+        raise InputError(
+            f"--from {fmt} reads the strategy from the configuration; drop {', '.join(given)}"
+        )
+    model = as_model(args.model) if args.model else None
+    config = launch.read(fmt, launch.read_source(path), system, args.gpus, model)
+    if args.global_batch is None and "global_batch" not in config.job:
+        raise InputError(
+            f"--from {fmt}: the configuration does not give the global batch; pass --global-batch"
+        )
+    return config
+
+
+def _launch_payload(config: LaunchConfig) -> dict[str, object]:
+    return {"format": config.format, "text": config.text, "notes": config.notes}
+
+
 def run_evaluate(args: argparse.Namespace, console: Console) -> int:
-    from planner import report
+    from planner import launch, report
     from planner.api import as_model, as_system, evaluate
 
-    model, system = as_model(args.model), as_system(args.system)
-    job = _job(args)
-    strategy = _strategy(args)
+    system = as_system(args.system)
+    config = _read_config(args, system) if args.from_config else None
+    if config is not None and config.model and config.strategy:
+        model, strategy = config.model, config.strategy
+        job = _job(args, config.job)
+    else:
+        for flag, value in (("--model", args.model), ("--global-batch", args.global_batch)):
+            if value is None:
+                raise InputError(f"evaluate needs {flag} (or --from FORMAT PATH)")
+        model, job, strategy = as_model(args.model), _job(args), _strategy(args)
     if args.gpus is not None and strategy.gpus != args.gpus:
         raise InputError(f"{strategy.product_text()} must equal --gpus = {args.gpus}")
     estimate = evaluate(model, system, job, strategy)
+    emitted = launch.emit(args.emit, model, system, job, strategy) if args.emit else None
+    comparison = None
+    if args.compare:
+        from planner.launch.compare import compare
+
+        comparison = compare(model, system, job, strategy, estimate)
     if args.json:
-        _print_json(
-            {
-                "model": model.name,
-                "system": system.name,
-                "job": job.model_dump(mode="json"),
-                "strategy": strategy.model_dump(mode="json"),
-                "estimate": estimate.model_dump(mode="json"),
+        payload: dict[str, object] = {
+            "model": model.name,
+            "system": system.name,
+            "job": job.model_dump(mode="json"),
+            "strategy": strategy.model_dump(mode="json"),
+            "estimate": estimate.model_dump(mode="json"),
+        }
+        if config is not None:
+            payload["from"] = {
+                "format": config.format,
+                "path": args.from_config[1],
+                "notes": config.notes,
+                "unsupported": config.unsupported,
             }
-        )
+        if emitted is not None:
+            payload["launch"] = _launch_payload(emitted)
+        if comparison is not None:
+            payload["compare"] = comparison.model_dump(mode="json")
+        _print_json(payload)
     else:
+        if config is not None:
+            report.print_config_read(console, config, args.from_config[1])
         console.print(
             f"[bold]{model.name}[/] ({report.format_params(model.params)}) on "
             f"[bold]{system.name}[/], global batch {job.global_batch}, "
             f"sequence {job.seq_len_for(model)}"
         )
         report.print_estimate(console, estimate, strategy, system)
+        if emitted is not None:
+            report.print_launch(console, emitted)
+        if comparison is not None:
+            from planner.launch.compare import summary
+
+            console.print(summary(comparison), markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK if estimate.fits else EXIT_INFEASIBLE
 
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     from constraints.target import PerformanceTarget
-    from planner import report
+    from planner import launch, report
     from planner.api import as_model, as_system
     from planner.plan import plan
     from planner.search_space import parse_pin
@@ -458,6 +553,9 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         max_micro_batch=args.max_micro_batch,
         max_interleave=args.max_interleave,
     )
+    emitted = None
+    if args.emit and result.strategy is not None:
+        emitted = launch.emit(args.emit, model, system, job, result.strategy)
     if args.json:
         payload = {
             "model": model.name,
@@ -475,9 +573,13 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
             payload["diagnosis"] = (
                 result.diagnosis.model_dump(mode="json") if result.diagnosis else None
             )
+        if args.emit:
+            payload["launch"] = _launch_payload(emitted) if emitted else None
         _print_json(payload)
     else:
         report.print_plan(console, result, model, system, job, args.gpus)
+        if emitted is not None:
+            report.print_launch(console, emitted)
     if result.strategy is not None:
         return EXIT_OK
     return EXIT_TIME_LIMIT if result.status == "unknown" else EXIT_INFEASIBLE

@@ -25,3 +25,7 @@ CALIBRATED_PARAMETERS = (
     "scale_out_efficiency",
 )
 """What ``planner calibrate`` can fit (planner.calibration.PARAMETERS)."""
+
+LAUNCH_FORMATS = ("megatron", "nemo", "torchtitan")
+"""The launch configurations ``--emit`` writes and ``evaluate --from`` reads
+(planner.launch.FORMATS)."""

@@ -14,6 +14,7 @@ from planner.specs import ModelSpec, Strategy, SystemSpec
 
 if TYPE_CHECKING:
     from planner.estimate import Estimate
+    from planner.launch import LaunchConfig
 
 BREAKDOWN_LABELS = {
     "forward": "forward compute",
@@ -432,3 +433,29 @@ def print_pareto(console: Console, front, first: str, second: str) -> None:
             point.strategy.describe(),
         )
     console.print(table)
+
+
+def print_config_read(console: Console, config: LaunchConfig, path: str) -> None:
+    """What evaluate --from read: the strategy, its notes and the flags or keys not read."""
+    strategy = config.strategy.describe() if config.strategy else "-"
+    console.print(
+        f"read {config.format} configuration {path}: {strategy} on {config.gpus} GPUs",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    for note in config.notes:
+        console.print(f"  note: {note}", markup=False, highlight=False, soft_wrap=True)
+    if config.unsupported:
+        console.print(
+            f"  not read ({len(config.unsupported)}): {', '.join(config.unsupported)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def print_launch(console: Console, config: LaunchConfig) -> None:
+    """An emitted launch configuration under a heading, verbatim (its notes are comments)."""
+    console.print(f"\n[bold]launch configuration ({config.format}):[/]")
+    console.print(config.text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)

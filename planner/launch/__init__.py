@@ -1,0 +1,73 @@
+"""From plan to launch and back: emit a strategy as a Megatron-LM, NeMo or torchtitan
+configuration, and read such a configuration into a model, job fields, strategy and GPU count.
+
+Each format module (``megatron``, ``nemo``, ``torchtitan``) holds one knob ↔ flag/key table with
+the version of the framework it was taken from (DESIGN.md §9); emitting then reading gives back
+the same strategy for every knob the framework can express (tests/test_launch.py), and the
+``notes`` name each knob it cannot.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from hardware_catalog import MAX_SPEC_FILE_BYTES
+from planner.errors import InputError
+from planner.launch import megatron, nemo, torchtitan
+from planner.launch.common import LaunchConfig, Parsed, settle
+from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+__all__ = ["FORMATS", "LaunchConfig", "emit", "read", "read_source"]
+
+FORMATS: dict[str, ModuleType] = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan}
+"""The launch formats by name: each module has ``FORMAT``, ``VERSION``, ``emit``, ``read`` and
+``MISSING_HINT`` (where the configuration gives each model dimension)."""
+
+
+def _format(name: str) -> ModuleType:
+    if name not in FORMATS:
+        raise InputError(f"launch format {name!r} is unknown; allowed: {', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def emit(
+    fmt: str, model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy
+) -> LaunchConfig:
+    """``strategy`` for ``model`` on ``system`` as the configuration text of ``fmt``."""
+    return _format(fmt).emit(model, system, job, strategy)
+
+
+def read(
+    fmt: str,
+    text: str,
+    system: SystemSpec,
+    gpus: int | None = None,
+    model: ModelSpec | None = None,
+) -> LaunchConfig:
+    """Read a configuration of ``fmt``. ``gpus`` must agree with the configuration's count where
+    it states one; ``model`` replaces the configuration's shape (a note says where they differ)."""
+    module = _format(fmt)
+    reader: Callable[[str, SystemSpec], Parsed] = module.read
+    return settle(reader(text, system), system, gpus, model, module.MISSING_HINT)
+
+
+def read_source(path: str) -> str:
+    """The text of ``path`` (``-``: standard input), at most MAX_SPEC_FILE_BYTES, UTF-8."""
+    where = "standard input" if path == "-" else f"file {path!r}"
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_SPEC_FILE_BYTES + 1)
+        else:
+            with Path(path).open("rb") as stream:
+                raw = stream.read(MAX_SPEC_FILE_BYTES + 1)
+    except OSError as error:
+        raise InputError(f"--from {where}: cannot read ({error.strerror or error})") from None
+    if len(raw) > MAX_SPEC_FILE_BYTES:
+        raise InputError(f"--from {where}: larger than {MAX_SPEC_FILE_BYTES >> 20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"--from {where}: not a UTF-8 text file") from None

@@ -1,0 +1,236 @@
+"""What the three launch formats share: the ``LaunchConfig`` result, the reader's intermediate
+``Parsed`` record, and the steps every reader ends with (the model, the GPU count, dp).
+
+Planner's strategy maps onto a framework's configuration knob by knob (each format module holds
+its own table, with the version of the framework it was taken from). What a framework cannot
+express is said in ``notes``, one line each, starting with the planner knob it is about
+(``zero_stage = 1: ...``), never dropped silently. On reading, the flags or keys planner does not
+use are listed in ``unsupported``; they are not errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+import hardware_catalog
+from planner.errors import InputError, describe_validation_error
+from planner.specs import ModelSpec, Strategy, SystemSpec
+
+SHAPE_FIELDS = (
+    "hidden",
+    "layers",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "ffn_hidden",
+    "ffn_kind",
+    "vocab",
+    "tied_embeddings",
+    "dropout",
+)
+"""The ModelSpec fields that make a model's shape (a configuration that gives the same values as
+a catalog model reads as that model)."""
+
+HOST_WORDS = ("host", "cpu", "ddr", "dram")
+
+
+class LaunchConfig(BaseModel):
+    """A framework configuration. Emitting fills ``text`` and ``notes``; reading fills ``model``,
+    ``job`` (the JobSpec fields the configuration states), ``strategy``, ``gpus``, ``notes`` and
+    ``unsupported`` (flags or keys planner does not read)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    format: str
+    text: str = ""
+    notes: list[str] = []
+    model: ModelSpec | None = None
+    job: dict[str, object] = {}
+    strategy: Strategy | None = None
+    gpus: int | None = None
+    unsupported: list[str] = []
+
+
+@dataclass
+class Parsed:
+    """What a reader found before the model and the GPU count are settled.
+
+    ``knobs`` are Strategy fields except dp; ``dp`` is set only where the configuration states it
+    (torchtitan's degrees). ``layers_per_virtual_stage`` (with ``extra_stage_layers``, torchtitan's
+    first/last-stage weights) gives the interleave once the model's layer count is known.
+    """
+
+    fmt: str
+    shape: dict[str, object] = field(default_factory=dict)
+    job: dict[str, object] = field(default_factory=dict)
+    knobs: dict[str, object] = field(default_factory=dict)
+    dp: int | None = None
+    gpus: int | None = None
+    gpus_from: str = ""
+    layers_per_virtual_stage: int | None = None
+    extra_stage_layers: int = 0
+    global_per_dp: int | None = None
+    """torchtitan without a global batch: sequences per DP rank (global = this · dp)."""
+    dp_multiple: int = 1
+    """dp must be a multiple of this (torchtitan's replicate degree, shard degree leftover)."""
+    unknown_model: str | None = None
+    """Why the configuration's model is not known (an error unless --model is given)."""
+    notes: list[str] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+
+
+def positive(where: str, value: int | None) -> int | None:
+    """``value`` unchanged when absent or ≥ 1; else an InputError naming ``where``."""
+    if value is not None and value < 1:
+        raise InputError(f"{where} = {value}: must be at least 1")
+    return value
+
+
+def host_tier(system: SystemSpec) -> int | None:
+    """The index of the system's first offload tier that is host (CPU) memory, the only place a
+    framework's CPU offloading can put tensors; None when the system has none."""
+    for index, tier in enumerate(system.offload_tiers, start=1):
+        if any(word in tier.name.lower() for word in HOST_WORDS):
+            return index
+    return None
+
+
+def host_offloads(
+    strategy: Strategy, system: SystemSpec, framework: str
+) -> tuple[set[str], list[str]]:
+    """The offload knobs the strategy sends to the host tier (what a framework's CPU offloading
+    can express), and a note for each knob sent to a tier that is not host memory."""
+    host = host_tier(system)
+    to_host: set[str] = set()
+    notes: list[str] = []
+    for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
+        tier = getattr(strategy, knob)
+        if tier and tier == host:
+            to_host.add(knob)
+        elif tier:
+            name = system.memory_tiers[tier].name
+            notes.append(
+                f"{knob} = {tier}: tier {name!r} is not host memory; {framework} offloads to "
+                "CPU memory only — not expressible, left out"
+            )
+    return to_host, notes
+
+
+def match_catalog(model: ModelSpec) -> ModelSpec:
+    """The catalog model with the same shape (its name, sources and sequence), else ``model``."""
+    key = tuple(getattr(model, name) for name in SHAPE_FIELDS)
+    for name in hardware_catalog.model_names():
+        known = hardware_catalog.load_model(name)
+        if tuple(getattr(known, n) for n in SHAPE_FIELDS) == key:
+            return known
+    return model
+
+
+def settle(
+    parsed: Parsed,
+    system: SystemSpec,
+    gpus: int | None,
+    model: ModelSpec | None,
+    missing_hint: dict[str, str],
+) -> LaunchConfig:
+    """Finish a read: the model (``model`` wins over the configuration's shape, with a note when
+    they differ), the GPU count (``gpus`` or the configuration's; they must agree), dp and the
+    interleave; every contradiction is an InputError of one line."""
+    notes = list(parsed.notes)
+    where = f"{parsed.fmt} configuration"
+    if model is None and parsed.unknown_model:
+        raise InputError(f"{parsed.unknown_model}: pass --model")
+    if model is None:
+        model = _model_from_shape(parsed, missing_hint)
+    else:
+        differ = [
+            f"{name} {parsed.shape[name]} vs {getattr(model, name)}"
+            for name in SHAPE_FIELDS
+            if name in parsed.shape and parsed.shape[name] != getattr(model, name)
+        ]
+        if differ:
+            notes.append(
+                f"model: --model {model.name} wins over the configuration's shape "
+                f"({', '.join(differ)})"
+            )
+    if gpus is not None and parsed.gpus is not None and gpus != parsed.gpus:
+        raise InputError(f"--gpus = {gpus} contradicts the {where}: {parsed.gpus_from}")
+    gpus = gpus if gpus is not None else parsed.gpus
+    knobs = dict(parsed.knobs)
+    for knob in ("tp", "cp", "pp"):
+        positive(f"the {where}'s {knob}", knobs.get(knob))
+    if parsed.layers_per_virtual_stage is not None:
+        knobs["interleave"] = _interleave(parsed, model.layers, int(knobs.get("pp", 1)))
+    tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))
+    if gpus is None:
+        if parsed.dp is None:
+            raise InputError(
+                f"the {where} does not give the GPU count: pass --gpus (Megatron-LM: or "
+                "torchrun's --nnodes and --nproc-per-node in the file)"
+            )
+        gpus = tp * cp * pp * parsed.dp
+    if gpus % (tp * cp * pp):
+        raise InputError(
+            f"gpus = {gpus} is not divisible by tp·cp·pp = {tp}·{cp}·{pp} = {tp * cp * pp} "
+            f"(from the {where})"
+        )
+    dp = gpus // (tp * cp * pp)
+    if dp % parsed.dp_multiple:
+        raise InputError(
+            f"dp = {dp} (gpus {gpus} / tp·cp·pp {tp * cp * pp}) is not a multiple of the "
+            f"replicate degree {parsed.dp_multiple} (from the {where})"
+        )
+    if parsed.dp is not None and parsed.dp != dp:
+        raise InputError(
+            f"tp·cp·pp·dp = {tp}·{cp}·{pp}·{parsed.dp} = {tp * cp * pp * parsed.dp} must equal "
+            f"gpus = {gpus} (from the {where})"
+        )
+    job = dict(parsed.job)
+    if "global_batch" not in job and parsed.global_per_dp is not None:
+        job["global_batch"] = parsed.global_per_dp * dp
+    try:
+        strategy = Strategy(**knobs, dp=dp)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(error, where)) from None
+    return LaunchConfig(
+        format=parsed.fmt,
+        notes=notes,
+        model=model,
+        job=job,
+        strategy=strategy,
+        gpus=gpus,
+        unsupported=parsed.unsupported,
+    )
+
+
+def _model_from_shape(parsed: Parsed, missing_hint: dict[str, str]) -> ModelSpec:
+    for name in ("hidden", "layers", "heads", "ffn_hidden", "vocab"):
+        if parsed.shape.get(name) is None:
+            raise InputError(
+                f"the {parsed.fmt} configuration does not give the model's {name} "
+                f"({missing_hint.get(name, name)}): add it or pass --model"
+            )
+    try:
+        spec = ModelSpec(name=f"{parsed.fmt}-config", **parsed.shape)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(error, f"{parsed.fmt} configuration")) from None
+    return match_catalog(spec)
+
+
+def _interleave(parsed: Parsed, layers: int, pp: int) -> int:
+    """Virtual stages per rank from the layers per virtual stage: exact for Megatron-LM; rounded up
+    as torchtitan does when first/last stages carry embedding weights (extra_stage_layers)."""
+    per_stage = parsed.layers_per_virtual_stage
+    if per_stage is None:
+        return 1
+    positive(f"the {parsed.fmt} configuration's layers per virtual pipeline stage", per_stage)
+    total = layers + parsed.extra_stage_layers
+    stages = -(-total // per_stage)
+    if (parsed.extra_stage_layers == 0 and total % per_stage) or stages % pp:
+        raise InputError(
+            f"the {parsed.fmt} configuration's {per_stage} layers per virtual pipeline stage do "
+            f"not split {layers} layers evenly over pp = {pp} ranks ({stages} stages)"
+        )
+    return stages // pp

@@ -1,0 +1,480 @@
+"""Megatron-LM / Megatron-Core command-line arguments: emit a plan as ``torchrun ... pretrain_gpt.py
+--flags``, read a command line or a file of arguments back.
+
+Flag names and semantics are those of Megatron-LM main at commit d98e8a64dd (2026-08-22):
+``megatron/training/arguments.py`` and the dataclass-generated flags of
+``megatron/core/model_parallel_config.py`` and ``megatron/core/transformer/transformer_config.py``
+(a ``bool`` field ``x_y`` is ``--x-y``; one that defaults to True is ``--no-x-y``). Which versions
+have which flag: ``--num-layers-per-virtual-pipeline-stage`` since 2021-02 (commit dcef906978),
+``--num-virtual-stages-per-pipeline-rank`` since 2025-02 (ef490839e8; both are read, the first is
+emitted as every version since 2021 accepts it), Megatron-FSDP's ``--use-megatron-fsdp`` with
+``--data-parallel-sharding-strategy {no_shard, optim, optim_grads, optim_grads_params}`` since
+2025-02 (d165a8548b), ``--cpu-offloading-weights`` / ``-activations`` since 2024-01 (46f12487cd),
+``--padded-vocab-size`` since 2026-05 (40d024bc69). The legacy ``--checkpoint-activations`` of
+2021 (examples/pretrain_gpt3_175B.sh at 152aab304d: checkpoint every layer,
+``--checkpoint-num-layers`` 1) is read as full recompute; today's Megatron-LM refuses it.
+
+Mapping (planner knob ↔ flags):
+
+- tp, pp, cp ↔ ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
+  ``--context-parallel-size``; dp is WORLD_SIZE / (tp·cp·pp): torchrun's ``--nnodes`` ×
+  ``--nproc-per-node`` before the script, or planner's ``--gpus``.
+- micro_batch ↔ ``--micro-batch-size``; global batch ↔ ``--global-batch-size``; sequence ↔
+  ``--seq-length`` (and ``--max-position-embeddings``).
+- interleave v ↔ ``--num-layers-per-virtual-pipeline-stage`` = layers / (pp·v).
+- sequence_parallel ↔ ``--sequence-parallel`` (only with tp > 1, as in planner).
+- recompute full ↔ ``--recompute-granularity full --recompute-method uniform
+  --recompute-num-layers 1``; selective ↔ ``--recompute-granularity selective``
+  (``--recompute-activations`` is read as selective).
+- zero_stage 1 ↔ ``--use-distributed-optimizer`` (optimizer state sharded over DP); 2 / 3 ↔
+  ``--use-megatron-fsdp --use-distributed-optimizer --data-parallel-sharding-strategy
+  optim_grads`` / ``optim_grads_params`` (``--use-torch-fsdp2`` is read as 3).
+- dp_overlap ↔ ``--overlap-grad-reduce`` (+ ``--overlap-param-gather`` with a distributed
+  optimizer); tp_overlap ↔ ``--tp-comm-overlap``.
+- offload to the host tier: activations ↔ ``--cpu-offloading --cpu-offloading-num-layers``;
+  weights ↔ ``--cpu-offloading --cpu-offloading-weights``; optimizer ↔
+  ``--optimizer-cpu-offload --use-precision-aware-optimizer``.
+- precision bf16 ↔ ``--bf16``; fp8 ↔ ``--bf16 --fp8-format hybrid``; ``--fp16`` reads as
+  16-bit (bf16). grad_dtype fp32 ↔ ``--accumulate-allreduce-grads-in-fp32``; bf16 ↔
+  ``--grad-reduce-in-bf16``. attention flash ↔ ``--attention-backend flash``; materialized ↔
+  ``--attention-backend unfused``.
+- model ↔ ``--num-layers --hidden-size --ffn-hidden-size --num-attention-heads
+  --group-query-attention --num-query-groups --kv-channels --swiglu
+  --untie-embeddings-and-output-weights --hidden-dropout --attention-dropout
+  --padded-vocab-size`` (``--vocab-size``, or the GPT-2 BPE files' 50,257 tokens, are padded
+  to a multiple of ``--make-vocab-size-divisible-by`` × tp as Megatron does).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+from planner.errors import InputError
+from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier, positive
+from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+FORMAT = "megatron"
+VERSION = "Megatron-LM main @ d98e8a64dd (2026-08-22)"
+GPT2_BPE_VOCAB = 50257
+"""Tokens of the GPT-2 BPE vocabulary (``--vocab-file gpt2-vocab.json``), before padding."""
+
+FLAGS: dict[str, str] = {
+    "tp": "--tensor-model-parallel-size",
+    "pp": "--pipeline-model-parallel-size",
+    "cp": "--context-parallel-size",
+    "micro_batch": "--micro-batch-size",
+    "global_batch": "--global-batch-size",
+    "seq_len": "--seq-length",
+    "interleave": "--num-layers-per-virtual-pipeline-stage",
+    "sequence_parallel": "--sequence-parallel",
+    "recompute": "--recompute-granularity",
+    "zero_stage": "--use-distributed-optimizer",
+    "dp_overlap": "--overlap-grad-reduce",
+    "tp_overlap": "--tp-comm-overlap",
+    "offload_activations": "--cpu-offloading",
+    "offload_weights": "--cpu-offloading-weights",
+    "offload_optimizer": "--optimizer-cpu-offload",
+    "precision": "--bf16",
+    "grad_dtype": "--accumulate-allreduce-grads-in-fp32",
+    "attention": "--attention-backend",
+    "layers": "--num-layers",
+    "hidden": "--hidden-size",
+    "ffn_hidden": "--ffn-hidden-size",
+    "heads": "--num-attention-heads",
+    "kv_heads": "--num-query-groups",
+    "head_dim": "--kv-channels",
+    "ffn_kind": "--swiglu",
+    "tied_embeddings": "--untie-embeddings-and-output-weights",
+    "vocab": "--padded-vocab-size",
+}
+"""The knob ↔ flag table: each planner knob's main flag (the docstring gives the companions)."""
+
+SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+"""Megatron-FSDP's ``--data-parallel-sharding-strategy`` ↔ ZeRO stage."""
+
+NOT_MODELLED = {
+    "--expert-model-parallel-size": "expert parallelism (MoE) is not modelled",
+    "--num-experts": "mixture-of-experts layers are not modelled",
+    "--decoder-first-pipeline-num-layers": "planner splits layers evenly over pipeline stages",
+    "--decoder-last-pipeline-num-layers": "planner splits layers evenly over pipeline stages",
+    "--pipeline-model-parallel-layout": "planner splits layers evenly over pipeline stages",
+}
+"""Flags that change performance in ways planner does not model: read, and named in a note."""
+
+MISSING_HINT = {
+    "hidden": FLAGS["hidden"],
+    "layers": FLAGS["layers"],
+    "heads": FLAGS["heads"],
+    "ffn_hidden": FLAGS["ffn_hidden"],
+    "vocab": "--padded-vocab-size, --vocab-size or --vocab-file",
+}
+
+
+def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:
+    """The plan as a ``torchrun ... pretrain_gpt.py`` command line."""
+    s = strategy
+    notes: list[str] = []
+    flags: list[tuple[str, object]] = [
+        (FLAGS["layers"], model.layers),
+        (FLAGS["hidden"], model.hidden),
+        (FLAGS["ffn_hidden"], model.ffn_hidden),
+        (FLAGS["heads"], model.heads),
+    ]
+    if model.kv_heads != model.heads:
+        flags += [("--group-query-attention", None), (FLAGS["kv_heads"], model.kv_heads)]
+    if model.head_dim * model.heads != model.hidden:
+        flags.append((FLAGS["head_dim"], model.head_dim))
+    if model.ffn_kind == "swiglu":
+        flags.append((FLAGS["ffn_kind"], None))
+    if not model.tied_embeddings:
+        flags.append((FLAGS["tied_embeddings"], None))
+    if not model.dropout:
+        flags += [("--hidden-dropout", 0), ("--attention-dropout", 0)]
+    seq_len = job.seq_len_for(model)
+    flags += [
+        (FLAGS["vocab"], model.vocab),
+        (FLAGS["seq_len"], seq_len),
+        ("--max-position-embeddings", seq_len),
+        (FLAGS["tp"], s.tp),
+        (FLAGS["pp"], s.pp),
+        (FLAGS["cp"], s.cp),
+    ]
+    if s.interleave > 1:
+        flags.append((FLAGS["interleave"], model.layers // (s.pp * s.interleave)))
+    if s.sequence_parallel and s.tp > 1:
+        flags.append((FLAGS["sequence_parallel"], None))
+    flags += [(FLAGS["micro_batch"], s.micro_batch), (FLAGS["global_batch"], job.global_batch)]
+    flags += _recompute_flags(s)
+    flags += _zero_flags(s)
+    if s.tp_overlap:
+        flags.append((FLAGS["tp_overlap"], None))
+        if not s.sequence_parallel:
+            notes.append("tp_overlap: Megatron-LM's --tp-comm-overlap needs --sequence-parallel")
+    offload_flags, offload_notes = _offload_flags(model, system, s)
+    flags += offload_flags
+    notes += offload_notes
+    flags.append((FLAGS["precision"], None))
+    if job.precision == "fp8":
+        flags.append(("--fp8-format", "hybrid"))
+    if job.grad_dtype == "fp32":
+        flags.append((FLAGS["grad_dtype"], None))
+    else:
+        flags.append(("--grad-reduce-in-bf16", None))
+    backend = "flash" if job.attention == "flash" else "unfused"
+    flags.append((FLAGS["attention"], backend))
+    per_node = system.gpus_per_node
+    nodes, nproc = (s.gpus // per_node, per_node) if s.gpus % per_node == 0 else (1, s.gpus)
+    if s.gpus % per_node:
+        notes.append(
+            f"gpus: {s.gpus} is not a whole number of {per_node}-GPU nodes; the command runs "
+            f"{s.gpus} processes on one node — adapt --nnodes/--nproc-per-node"
+        )
+    lines = [
+        f"# Megatron-LM arguments: {model.name} on {s.gpus} GPUs of {system.name}",
+        f"# planner strategy: {s.describe()}",
+        f"# flags as in {VERSION}; add the data, tokenizer and optimizer flags",
+        *(f"# note: {note}" for note in notes),
+        f"torchrun --nnodes {nodes} --nproc-per-node {nproc} pretrain_gpt.py \\",
+    ]
+    body = [f"    {flag}" if value is None else f"    {flag} {value}" for flag, value in flags]
+    lines += [line + " \\" for line in body[:-1]] + body[-1:]
+    return LaunchConfig(format=FORMAT, text="\n".join(lines) + "\n", notes=notes)
+
+
+def _recompute_flags(s: Strategy) -> list[tuple[str, object]]:
+    if s.recompute == "full":
+        return [
+            (FLAGS["recompute"], "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", 1),
+        ]
+    if s.recompute == "selective":
+        return [(FLAGS["recompute"], "selective")]
+    return []
+
+
+def _zero_flags(s: Strategy) -> list[tuple[str, object]]:
+    flags: list[tuple[str, object]] = []
+    if s.zero_stage >= 2:
+        strategy = next(name for name, stage in SHARDING.items() if stage == s.zero_stage)
+        flags += [("--use-megatron-fsdp", None), (FLAGS["zero_stage"], None)]
+        flags.append(("--data-parallel-sharding-strategy", strategy))
+    elif s.zero_stage == 1:
+        flags.append((FLAGS["zero_stage"], None))
+    if s.dp_overlap:
+        flags.append((FLAGS["dp_overlap"], None))
+        if s.zero_stage:
+            flags.append(("--overlap-param-gather", None))
+    return flags
+
+
+def _offload_flags(
+    model: ModelSpec, system: SystemSpec, s: Strategy
+) -> tuple[list[tuple[str, object]], list[str]]:
+    to_host, notes = host_offloads(s, system, "Megatron-LM")
+    flags: list[tuple[str, object]] = []
+    if to_host & {"offload_activations", "offload_weights"}:
+        flags.append((FLAGS["offload_activations"], None))
+        flags.append(("--cpu-offloading-num-layers", model.layers - 1))
+        if "offload_weights" in to_host:
+            flags.append((FLAGS["offload_weights"], None))
+        if "offload_activations" not in to_host:
+            flags.append(("--no-cpu-offloading-activations", None))
+        if s.pp > 1 or s.recompute != "none":
+            knob = "offload_activations" if "offload_activations" in to_host else "offload_weights"
+            notes.append(
+                f"{knob}: Megatron-Core refuses --cpu-offloading with pipeline parallelism or "
+                "recompute (TransformerConfig checks)"
+            )
+    if "offload_optimizer" in to_host:
+        flags += [(FLAGS["offload_optimizer"], None), ("--use-precision-aware-optimizer", None)]
+    return flags, notes
+
+
+def _tokens(text: str) -> list[str]:
+    try:
+        return shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as error:
+        raise InputError(f"megatron arguments: cannot split into words ({error})") from None
+
+
+def _flags(tokens: list[str]) -> dict[str, list[str]]:
+    """``--flag value...`` and ``--flag=value`` pairs; the last occurrence of a flag wins."""
+    flags: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for token in tokens:
+        if token.startswith("--"):
+            name, eq, value = token.partition("=")
+            current = flags[name] = [value] if eq else []
+        elif current is not None:
+            current.append(token)
+    return flags
+
+
+class _Args:
+    """Parsed flags with typed access; remembers which flags were read."""
+
+    def __init__(self, flags: dict[str, list[str]]) -> None:
+        self.flags = flags
+        self.read: set[str] = set()
+
+    def has(self, name: str) -> bool:
+        self.read.add(name)
+        return name in self.flags
+
+    def text(self, name: str) -> str | None:
+        if not self.has(name):
+            return None
+        values = self.flags[name]
+        if len(values) != 1:
+            raise InputError(f"megatron argument {name}: expected one value, got {len(values)}")
+        return values[0]
+
+    def whole(self, name: str, default: int | None = None) -> int | None:
+        value = self.text(name)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise InputError(
+                f"megatron argument {name} = {value!r}: expected a whole number"
+            ) from None
+
+    def number(self, name: str) -> float | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            raise InputError(f"megatron argument {name} = {value!r}: expected a number") from None
+
+    def choice(self, name: str, allowed: tuple[str, ...]) -> str | None:
+        value = self.text(name)
+        if value is not None and value not in allowed:
+            raise InputError(f"megatron argument {name} = {value!r}: allowed: {', '.join(allowed)}")
+        return value
+
+
+def read(text: str, system: SystemSpec) -> Parsed:
+    """A command line (``torchrun ... pretrain_gpt.py --flags``, or the flags alone) or a file of
+    arguments (shell line continuations and ``#`` comments allowed)."""
+    tokens = _tokens(text)
+    script = next((i for i, token in enumerate(tokens) if token.endswith(".py")), None)
+    launcher = tokens[:script] if script is not None else []
+    args = _Args(_flags(tokens[script + 1 :] if script is not None else tokens))
+    parsed = Parsed(fmt=FORMAT)
+    _read_launcher(_Args(_flags(launcher)), parsed)
+    tp = args.whole(FLAGS["tp"], 1)
+    parsed.knobs = {
+        "tp": tp,
+        "pp": args.whole(FLAGS["pp"], 1),
+        "cp": args.whole(FLAGS["cp"], 1),
+        "micro_batch": args.whole(FLAGS["micro_batch"], 1),
+        "sequence_parallel": args.has(FLAGS["sequence_parallel"]) and tp > 1,
+        "dp_overlap": args.has(FLAGS["dp_overlap"]),
+        "tp_overlap": args.has(FLAGS["tp_overlap"]),
+    }
+    args.has("--overlap-param-gather")
+    per_virtual = args.whole(FLAGS["interleave"])
+    stages = args.whole("--num-virtual-stages-per-pipeline-rank")
+    if stages is not None:
+        parsed.knobs["interleave"] = stages
+    elif per_virtual is not None:
+        parsed.layers_per_virtual_stage = per_virtual
+    _read_recompute(args, parsed)
+    _read_zero(args, parsed)
+    _read_offload(args, parsed, system)
+    _read_job(args, parsed)
+    _read_shape(args, parsed, tp)
+    for flag, why in NOT_MODELLED.items():
+        if args.has(flag) and args.flags[flag] not in ([], ["1"], ["0"]):
+            parsed.notes.append(f"{flag} {' '.join(args.flags[flag])}: {why}; ignored")
+    parsed.unsupported = [flag for flag in args.flags if flag not in args.read]
+    return parsed
+
+
+def _read_launcher(launcher: _Args, parsed: Parsed) -> None:
+    nodes = positive("torchrun --nnodes", launcher.whole("--nnodes"))
+    nproc = launcher.whole("--nproc-per-node")
+    if nproc is None:
+        nproc = launcher.whole("--nproc_per_node")
+    positive("torchrun --nproc-per-node", nproc)
+    if nodes is not None or nproc is not None:
+        parsed.gpus = (nodes or 1) * (nproc or 1)
+        parsed.gpus_from = f"torchrun --nnodes {nodes or 1} --nproc-per-node {nproc or 1}"
+
+
+def _read_recompute(args: _Args, parsed: Parsed) -> None:
+    granularity = args.choice(FLAGS["recompute"], ("full", "selective"))
+    method = args.choice("--recompute-method", ("uniform", "block"))
+    layers = args.whole("--recompute-num-layers")
+    if args.has("--checkpoint-activations"):
+        granularity = "full"
+        parsed.notes.append(
+            "recompute: legacy --checkpoint-activations (Megatron-LM 2021) read as full recompute"
+        )
+        args.has("--checkpoint-num-layers")
+    elif args.has("--recompute-activations"):
+        granularity = granularity or "selective"
+    if granularity == "full" and method == "block":
+        parsed.notes.append(
+            f"recompute: --recompute-method block --recompute-num-layers {layers} recomputes only "
+            "some layers per stage; costed as full recompute"
+        )
+    parsed.knobs["recompute"] = granularity or "none"
+
+
+def _read_zero(args: _Args, parsed: Parsed) -> None:
+    sharding = args.choice("--data-parallel-sharding-strategy", tuple(SHARDING))
+    distributed = args.has(FLAGS["zero_stage"])
+    if args.has("--use-megatron-fsdp"):
+        stage = SHARDING[sharding or "optim_grads_params"]
+    elif args.has("--use-torch-fsdp2"):
+        stage = 3
+    else:
+        stage = 1 if distributed else 0
+    parsed.knobs["zero_stage"] = stage
+
+
+def _read_offload(args: _Args, parsed: Parsed, system: SystemSpec) -> None:
+    wanted = []
+    if args.has(FLAGS["offload_activations"]):
+        args.whole("--cpu-offloading-num-layers")
+        if not args.has("--no-cpu-offloading-activations"):
+            wanted.append("offload_activations")
+        if args.has(FLAGS["offload_weights"]):
+            wanted.append("offload_weights")
+    if args.has(FLAGS["offload_optimizer"]):
+        args.has("--use-precision-aware-optimizer")
+        wanted.append("offload_optimizer")
+    host = host_tier(system)
+    for knob in wanted:
+        if host is None:
+            parsed.notes.append(
+                f"{knob}: system {system.name!r} has no host-memory tier; CPU offloading ignored"
+            )
+        else:
+            parsed.knobs[knob] = host
+
+
+def _read_job(args: _Args, parsed: Parsed) -> None:
+    job = parsed.job
+    for knob in ("global_batch", "seq_len"):
+        value = args.whole(FLAGS[knob])
+        if value is not None:
+            job[knob] = value
+    bf16, fp16 = args.has("--bf16"), args.has("--fp16")
+    fp8 = args.choice("--fp8-format", ("e4m3", "hybrid"))
+    job["precision"] = "fp8" if fp8 else "bf16"
+    if fp16:
+        parsed.notes.append("precision: --fp16 is costed as bf16 (the same 16-bit peak)")
+    elif not bf16:
+        parsed.notes.append("precision: neither --bf16 nor --fp16 (fp32 training) costed as bf16")
+    if args.has("--grad-reduce-in-bf16"):
+        job["grad_dtype"] = "bf16"
+    elif args.has(FLAGS["grad_dtype"]) or bf16 or not fp16:
+        job["grad_dtype"] = "fp32"
+    else:
+        job["grad_dtype"] = "bf16"
+        parsed.notes.append(
+            "grad_dtype: --fp16 without --accumulate-allreduce-grads-in-fp32 accumulates and "
+            "reduces gradients in 16 bits (costed as bf16)"
+        )
+    backend = args.choice(FLAGS["attention"], ("flash", "fused", "unfused", "local", "auto"))
+    if args.has("--use-flash-attn") or backend in ("flash", "fused", "auto"):
+        job["attention"] = "flash"
+    elif backend is not None:
+        job["attention"] = "materialized"
+
+
+def _read_shape(args: _Args, parsed: Parsed, tp: int) -> None:
+    shape = parsed.shape
+    for knob in ("layers", "hidden", "heads", "ffn_hidden"):
+        value = args.whole(FLAGS[knob])
+        if value is not None:
+            shape[knob] = value
+    gqa = args.has("--group-query-attention")
+    groups = args.whole(FLAGS["kv_heads"])
+    if groups is not None and (gqa or groups != shape.get("heads")):
+        shape["kv_heads"] = groups
+    head_dim = args.whole(FLAGS["head_dim"])
+    if head_dim is not None:
+        shape["head_dim"] = head_dim
+    swiglu = args.has(FLAGS["ffn_kind"])
+    shape["ffn_kind"] = "swiglu" if swiglu else "gelu"
+    hidden = shape.get("hidden")
+    if "ffn_hidden" not in shape and isinstance(hidden, int):
+        # Megatron-Core's default: 4h, or 2/3 of it rounded down to a multiple of 64 for SwiGLU.
+        shape["ffn_hidden"] = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
+    shape["tied_embeddings"] = not args.has(FLAGS["tied_embeddings"])
+    dropouts = [args.number("--hidden-dropout"), args.number("--attention-dropout")]
+    shape["dropout"] = not all(value == 0 for value in dropouts)
+    seq = args.whole(FLAGS["seq_len"])
+    args.whole("--max-position-embeddings")
+    if seq is not None:
+        shape["seq_len"] = seq
+    shape_vocab = _vocab(args, tp)
+    if shape_vocab is not None:
+        shape["vocab"] = shape_vocab
+
+
+def _vocab(args: _Args, tp: int) -> int | None:
+    padded = args.whole(FLAGS["vocab"])
+    if padded is not None:
+        return padded
+    divisible = positive(
+        "megatron argument --make-vocab-size-divisible-by",
+        args.whole("--make-vocab-size-divisible-by", 128),
+    )
+    size = args.whole("--vocab-size")
+    tokenizer = args.text("--tokenizer-type")
+    if size is None and (args.has("--vocab-file") or tokenizer == "GPT2BPETokenizer"):
+        size = GPT2_BPE_VOCAB
+    args.has("--merge-file")
+    if size is None:
+        return None
+    multiple = (divisible or 1) * max(tp, 1)
+    return math.ceil(size / multiple) * multiple

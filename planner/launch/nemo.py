@@ -1,0 +1,350 @@
+"""NeMo 2.0 recipe overrides as YAML: the attribute paths of a ``nemo llm pretrain`` recipe
+(``trainer.strategy.tensor_model_parallel_size`` ...), nested; a file of dotted keys reads too.
+
+Keys and semantics are those of NeMo 2.6.0rc0 at commit 8cfedd7203 (2025-09-20):
+``nemo/collections/llm/recipes/*.py`` (the recipe layout: ``trainer``, ``data``, ``model``,
+``optim``), ``nemo/lightning/pytorch/strategies/megatron_strategy.py`` (``MegatronStrategy``:
+parallel sizes, ``ddp``, ``fsdp`` ``megatron`` | ``pytorch``),
+``nemo/collections/llm/recipes/precision/mixed_precision.py`` (``MegatronMixedPrecision``:
+``precision`` ``bf16-mixed`` | ``16-mixed``, ``grad_reduce_in_fp32``, ``fp8``) and
+``nemo/collections/llm/gpt/model/base.py`` (``GPTConfig``, a Megatron-Core ``TransformerConfig``:
+the model shape, recompute, ``tp_comm_overlap``, CPU offloading, ``attention_backend``).
+
+Mapping (planner knob ↔ key): tp, pp, cp, interleave, sequence_parallel ↔
+``trainer.strategy.{tensor,pipeline}_model_parallel_size``, ``context_parallel_size``,
+``virtual_pipeline_model_parallel_size``, ``sequence_parallel``; GPUs ↔ ``trainer.num_nodes`` ×
+``trainer.devices``; micro_batch, global batch, sequence ↔ ``data.micro_batch_size``,
+``data.global_batch_size``, ``data.seq_length``; recompute ↔
+``model.config.recompute_granularity`` (+ ``recompute_method uniform``, ``recompute_num_layers
+1`` for full); zero_stage 1 ↔ ``optim.config.use_distributed_optimizer``; 2 / 3 ↔
+``trainer.strategy.fsdp: megatron`` with ``trainer.strategy.ddp.data_parallel_sharding_strategy``
+``optim_grads`` / ``optim_grads_params`` (``fsdp: pytorch`` reads as 3); dp_overlap ↔
+``trainer.strategy.ddp.overlap_grad_reduce`` (+ ``overlap_param_gather``); tp_overlap ↔
+``model.config.tp_comm_overlap`` (the recipes' ``MegatronCommOverlapCallback`` sets the same
+field); offload to the host tier ↔ ``model.config.cpu_offloading`` (+ ``_weights``,
+``_activations``, ``_num_layers``) and ``optim.config.optimizer_cpu_offload``; precision ↔
+``trainer.plugins.precision`` and ``trainer.plugins.fp8: hybrid``; grad_dtype ↔
+``trainer.plugins.grad_reduce_in_fp32``; attention ↔ ``model.config.attention_backend``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from hardware_catalog import MAX_SPEC_NODES, SAFE_LOADER, _node_count
+from planner.errors import InputError
+from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier, positive
+from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+FORMAT = "nemo"
+VERSION = "NeMo 2.6.0rc0 @ 8cfedd7203 (2025-09-20)"
+STRATEGY, DDP, MODEL = "trainer.strategy.", "trainer.strategy.ddp.", "model.config."
+
+KEYS: dict[str, str] = {
+    "tp": STRATEGY + "tensor_model_parallel_size",
+    "pp": STRATEGY + "pipeline_model_parallel_size",
+    "interleave": STRATEGY + "virtual_pipeline_model_parallel_size",
+    "cp": STRATEGY + "context_parallel_size",
+    "sequence_parallel": STRATEGY + "sequence_parallel",
+    "fsdp": STRATEGY + "fsdp",
+    "dp_overlap": DDP + "overlap_grad_reduce",
+    "param_overlap": DDP + "overlap_param_gather",
+    "sharding": DDP + "data_parallel_sharding_strategy",
+    "nodes": "trainer.num_nodes",
+    "devices": "trainer.devices",
+    "precision": "trainer.plugins.precision",
+    "fp8": "trainer.plugins.fp8",
+    "grad_dtype": "trainer.plugins.grad_reduce_in_fp32",
+    "seq_len": "data.seq_length",
+    "global_batch": "data.global_batch_size",
+    "micro_batch": "data.micro_batch_size",
+    "layers": MODEL + "num_layers",
+    "hidden": MODEL + "hidden_size",
+    "ffn_hidden": MODEL + "ffn_hidden_size",
+    "heads": MODEL + "num_attention_heads",
+    "kv_heads": MODEL + "num_query_groups",
+    "head_dim": MODEL + "kv_channels",
+    "ffn_kind": MODEL + "gated_linear_unit",
+    "tied_embeddings": MODEL + "share_embeddings_and_output_weights",
+    "hidden_dropout": MODEL + "hidden_dropout",
+    "attention_dropout": MODEL + "attention_dropout",
+    "vocab": MODEL + "vocab_size",
+    "model_seq_len": MODEL + "seq_length",
+    "recompute": MODEL + "recompute_granularity",
+    "recompute_method": MODEL + "recompute_method",
+    "recompute_layers": MODEL + "recompute_num_layers",
+    "tp_overlap": MODEL + "tp_comm_overlap",
+    "cpu_offloading": MODEL + "cpu_offloading",
+    "cpu_offloading_layers": MODEL + "cpu_offloading_num_layers",
+    "offload_activations": MODEL + "cpu_offloading_activations",
+    "offload_weights": MODEL + "cpu_offloading_weights",
+    "attention": MODEL + "attention_backend",
+    "zero_stage": "optim.config.use_distributed_optimizer",
+    "offload_optimizer": "optim.config.optimizer_cpu_offload",
+    "precision_aware": "optim.config.use_precision_aware_optimizer",
+}
+"""The knob ↔ key table (dotted recipe attribute paths)."""
+
+RECIPES = {
+    "gpt3-175b": "gpt3_175b",
+    "llama3-8b": "llama3_8b",
+    "llama3-70b": "llama3_70b",
+    "llama3-405b": "llama31_405b",
+}
+"""Planner catalog models ↔ NeMo recipe factories of the same shape."""
+
+SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+MISSING_HINT = {knob: KEYS[knob] for knob in ("hidden", "layers", "heads", "ffn_hidden", "vocab")}
+
+
+def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:
+    """The plan as a nested YAML recipe override."""
+    s = strategy
+    notes: list[str] = []
+    per_node = system.gpus_per_node
+    nodes, devices = (s.gpus // per_node, per_node) if s.gpus % per_node == 0 else (1, s.gpus)
+    values: dict[str, object] = {
+        KEYS["nodes"]: nodes,
+        KEYS["devices"]: devices,
+        KEYS["tp"]: s.tp,
+        KEYS["pp"]: s.pp,
+        KEYS["interleave"]: s.interleave if s.interleave > 1 else None,
+        KEYS["cp"]: s.cp,
+        KEYS["sequence_parallel"]: s.sequence_parallel and s.tp > 1,
+        KEYS["fsdp"]: "megatron" if s.zero_stage >= 2 else None,
+        KEYS["dp_overlap"]: s.dp_overlap,
+        KEYS["param_overlap"]: s.dp_overlap and s.zero_stage >= 1,
+        KEYS["grad_dtype"]: job.grad_dtype == "fp32",
+        KEYS["precision"]: "bf16-mixed",
+    }
+    if s.zero_stage >= 2:
+        values[KEYS["sharding"]] = "optim_grads" if s.zero_stage == 2 else "optim_grads_params"
+    if job.precision == "fp8":
+        values[KEYS["fp8"]] = "hybrid"
+    seq_len = job.seq_len_for(model)
+    values |= {
+        KEYS["seq_len"]: seq_len,
+        KEYS["global_batch"]: job.global_batch,
+        KEYS["micro_batch"]: s.micro_batch,
+        KEYS["layers"]: model.layers,
+        KEYS["hidden"]: model.hidden,
+        KEYS["ffn_hidden"]: model.ffn_hidden,
+        KEYS["heads"]: model.heads,
+        KEYS["kv_heads"]: model.kv_heads,
+        KEYS["head_dim"]: model.head_dim,
+        KEYS["ffn_kind"]: model.ffn_kind == "swiglu",
+        KEYS["tied_embeddings"]: model.tied_embeddings,
+        KEYS["hidden_dropout"]: 0.1 if model.dropout else 0.0,
+        KEYS["attention_dropout"]: 0.1 if model.dropout else 0.0,
+        KEYS["vocab"]: model.vocab,
+        KEYS["model_seq_len"]: seq_len,
+        KEYS["recompute"]: None if s.recompute == "none" else s.recompute,
+        KEYS["tp_overlap"]: s.tp_overlap,
+        KEYS["attention"]: "flash" if job.attention == "flash" else "unfused",
+        KEYS["zero_stage"]: s.zero_stage >= 1,
+    }
+    if s.recompute == "full":
+        values |= {KEYS["recompute_method"]: "uniform", KEYS["recompute_layers"]: 1}
+    if s.gpus % per_node:
+        notes.append(f"gpus: {s.gpus} is not a whole number of {per_node}-GPU nodes")
+    recipe = RECIPES.get(model.name)
+    if model.ffn_kind == "swiglu" and recipe is None:
+        notes.append(
+            "ffn_kind = swiglu: set model.config.activation_func to F.silu in Python (the "
+            "Llama recipes' configs do; a callable is not a YAML value)"
+        )
+    to_host, offload_notes = host_offloads(s, system, "NeMo")
+    notes += offload_notes
+    if to_host & {"offload_activations", "offload_weights"}:
+        values |= {
+            KEYS["cpu_offloading"]: True,
+            KEYS["cpu_offloading_layers"]: model.layers - 1,
+            KEYS["offload_activations"]: "offload_activations" in to_host,
+            KEYS["offload_weights"]: "offload_weights" in to_host,
+        }
+    if "offload_optimizer" in to_host:
+        values |= {KEYS["offload_optimizer"]: True, KEYS["precision_aware"]: True}
+    base = f"nemo llm pretrain --factory {recipe}" if recipe else "a NeMo 2.0 pretrain recipe"
+    header = [
+        f"# NeMo 2.0 recipe overrides: {model.name} on {s.gpus} GPUs of {system.name}",
+        f"# planner strategy: {s.describe()}",
+        f"# keys as in {VERSION}; apply to {base} (recipe.<key> = value, or key=value on the CLI)",
+        *(f"# note: {note}" for note in notes),
+    ]
+    body = yaml.safe_dump(_nest(values), sort_keys=False, width=100)
+    return LaunchConfig(format=FORMAT, text="\n".join(header) + "\n" + body, notes=notes)
+
+
+def _nest(values: dict[str, object]) -> dict[str, object]:
+    nested: dict[str, object] = {}
+    for key, value in values.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})  # type: ignore[assignment]
+        node[leaf] = value  # type: ignore[index]
+    return nested
+
+
+def _flatten(data: object, prefix: str = "") -> dict[str, object]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        flat |= _flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}")
+    return flat
+
+
+class _Keys:
+    """The flattened recipe with typed access; remembers which keys were read."""
+
+    def __init__(self, flat: dict[str, object]) -> None:
+        self.flat = flat
+        self.read: set[str] = set()
+
+    def get(self, knob: str, kind: type, default: Any = None) -> Any:
+        key = KEYS[knob]
+        self.read.add(key)
+        value = self.flat.get(key)
+        if value is None:
+            return default
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(f"nemo key {key} = {value!r}: expected a whole number")
+        if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InputError(f"nemo key {key} = {value!r}: expected a number")
+        if kind is bool and not isinstance(value, bool):
+            raise InputError(f"nemo key {key} = {value!r}: expected true or false")
+        if kind is str and not isinstance(value, str):
+            raise InputError(f"nemo key {key} = {value!r}: expected a string")
+        return value
+
+    def choice(self, knob: str, allowed: tuple[str, ...]) -> str | None:
+        value = self.get(knob, str)
+        if value is not None and value not in allowed:
+            raise InputError(f"nemo key {KEYS[knob]} = {value!r}: allowed: {', '.join(allowed)}")
+        return value
+
+
+def read(text: str, system: SystemSpec) -> Parsed:
+    """A YAML recipe override, nested or with dotted keys."""
+    try:
+        data = yaml.load(text, Loader=SAFE_LOADER)
+    except yaml.YAMLError as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"nemo recipe: not valid YAML ({first})") from None
+    if not isinstance(data, dict):
+        raise InputError("nemo recipe: expected a mapping of recipe keys at the top")
+    if _node_count(data, MAX_SPEC_NODES) > MAX_SPEC_NODES:
+        raise InputError(f"nemo recipe: more than {MAX_SPEC_NODES:,} values")
+    keys = _Keys(_flatten(data))
+    parsed = Parsed(fmt=FORMAT)
+    tp = keys.get("tp", int, 1)
+    parsed.knobs = {
+        "tp": tp,
+        "pp": keys.get("pp", int, 1),
+        "cp": keys.get("cp", int, 1),
+        "interleave": keys.get("interleave", int, 1),
+        "micro_batch": keys.get("micro_batch", int, 1),
+        "sequence_parallel": bool(keys.get("sequence_parallel", bool, False)) and tp > 1,
+        "dp_overlap": keys.get("dp_overlap", bool, False),
+        "tp_overlap": keys.get("tp_overlap", bool, False),
+    }
+    keys.get("param_overlap", bool)
+    nodes = positive(KEYS["nodes"], keys.get("nodes", int))
+    devices = positive(KEYS["devices"], keys.get("devices", int))
+    if nodes is not None or devices is not None:
+        parsed.gpus = (nodes or 1) * (devices or 1)
+        parsed.gpus_from = f"trainer.num_nodes × trainer.devices = {nodes or 1} × {devices or 1}"
+    _read_recompute(keys, parsed)
+    _read_zero(keys, parsed)
+    _read_offload(keys, parsed, system)
+    _read_job(keys, parsed)
+    _read_shape(keys, parsed)
+    parsed.unsupported = [key for key in keys.flat if key not in keys.read]
+    return parsed
+
+
+def _read_recompute(keys: _Keys, parsed: Parsed) -> None:
+    granularity = keys.choice("recompute", ("full", "selective"))
+    method = keys.choice("recompute_method", ("uniform", "block"))
+    layers = keys.get("recompute_layers", int)
+    if granularity == "full" and method == "block":
+        parsed.notes.append(
+            f"recompute: recompute_method block with recompute_num_layers {layers} recomputes "
+            "only some layers per stage; costed as full recompute"
+        )
+    parsed.knobs["recompute"] = granularity or "none"
+
+
+def _read_zero(keys: _Keys, parsed: Parsed) -> None:
+    fsdp = keys.choice("fsdp", ("megatron", "pytorch"))
+    sharding = keys.choice("sharding", tuple(SHARDING))
+    distributed = keys.get("zero_stage", bool, False)
+    if fsdp == "megatron":
+        parsed.knobs["zero_stage"] = SHARDING[sharding or "optim_grads_params"]
+    elif fsdp == "pytorch":
+        parsed.knobs["zero_stage"] = 3
+    else:
+        parsed.knobs["zero_stage"] = 1 if distributed else 0
+
+
+def _read_offload(keys: _Keys, parsed: Parsed, system: SystemSpec) -> None:
+    wanted = []
+    if keys.get("cpu_offloading", bool, False):
+        keys.get("cpu_offloading_layers", int)
+        if keys.get("offload_activations", bool, True):
+            wanted.append("offload_activations")
+        if keys.get("offload_weights", bool, False):
+            wanted.append("offload_weights")
+    if keys.get("offload_optimizer", bool, False):
+        keys.get("precision_aware", bool)
+        wanted.append("offload_optimizer")
+    host = host_tier(system)
+    for knob in wanted:
+        if host is None:
+            parsed.notes.append(
+                f"{knob}: system {system.name!r} has no host-memory tier; CPU offloading ignored"
+            )
+        else:
+            parsed.knobs[knob] = host
+
+
+def _read_job(keys: _Keys, parsed: Parsed) -> None:
+    job = parsed.job
+    for knob in ("global_batch", "seq_len"):
+        value = keys.get(knob, int)
+        if value is not None:
+            job[knob] = value
+    precision = keys.choice("precision", ("bf16-mixed", "16-mixed", "32", "bf16", "16"))
+    fp8 = keys.get("fp8", str)
+    if precision is not None or fp8 is not None:
+        job["precision"] = "fp8" if fp8 else "bf16"
+    if precision in ("16-mixed", "16"):
+        parsed.notes.append("precision: 16-mixed (fp16) is costed as bf16 (the same 16-bit peak)")
+    elif precision == "32":
+        parsed.notes.append("precision: 32 (fp32 training) is costed as bf16")
+    reduce_fp32 = keys.get("grad_dtype", bool)
+    if reduce_fp32 is not None:
+        job["grad_dtype"] = "fp32" if reduce_fp32 else "bf16"
+    backend = keys.choice("attention", ("flash", "fused", "unfused", "local", "auto"))
+    if backend is not None:
+        job["attention"] = "materialized" if backend in ("unfused", "local") else "flash"
+
+
+def _read_shape(keys: _Keys, parsed: Parsed) -> None:
+    shape = parsed.shape
+    for knob in ("layers", "hidden", "heads", "ffn_hidden", "kv_heads", "head_dim", "vocab"):
+        value = keys.get(knob, int)
+        if value is not None:
+            shape[knob] = value
+    shape["ffn_kind"] = "swiglu" if keys.get("ffn_kind", bool, False) else "gelu"
+    if "ffn_hidden" not in shape and "hidden" in shape:
+        shape["ffn_hidden"] = 4 * shape["hidden"]  # TransformerConfig's default
+    shape["tied_embeddings"] = keys.get("tied_embeddings", bool, True)
+    dropouts = [keys.get("hidden_dropout", float, 0.1), keys.get("attention_dropout", float, 0.1)]
+    shape["dropout"] = not all(value == 0 for value in dropouts)
+    seq = keys.get("model_seq_len", int)
+    if seq is not None:
+        shape["seq_len"] = seq

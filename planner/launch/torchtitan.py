@@ -1,0 +1,379 @@
+"""torchtitan job TOML: the ``[model]``, ``[training]``, ``[parallelism]``,
+``[activation_checkpoint]`` and ``[compile]`` sections of a ``--job.config_file``.
+
+Keys and semantics are those of torchtitan v0.2.2 (commit 73a0e6979, 2026-02-20), the last
+release with TOML job files (main replaced them by Python config functions in 9810191bb,
+2026-02-23): ``torchtitan/config/job_config.py``, ``torchtitan/distributed/pipeline_parallel.py``
+(virtual stages = ⌈(layers + first_stage_less_layers + last_stage_less_layers) /
+layers_per_stage⌉; multi-stage schedules default to 2 stages per rank),
+``torchtitan/models/llama3/infra/parallelize.py`` (FSDP2 when ``data_parallel_shard_degree`` > 1
+or cp > 1, HSDP with a replicate degree too, DDP only alone) and
+``torchtitan/models/llama3/__init__.py`` (the flavors 8B, 70B, 405B).
+
+Mapping (planner knob ↔ key): tp, pp, cp ↔ ``parallelism.tensor_parallel_degree``,
+``pipeline_parallel_degree``, ``context_parallel_degree``; dp and zero_stage ↔
+``data_parallel_shard_degree`` (FSDP2: ZeRO-3; with ``fsdp_reshard_after_forward = "never"``
+the parameters stay gathered from forward to backward, ZeRO-2 as PyTorch's ``fully_shard``
+documents) and ``data_parallel_replicate_degree`` (DDP: ZeRO-0; with a shard degree too, HSDP,
+read as ZeRO-3 over all of dp); ZeRO-1 has no torchtitan equivalent. micro_batch ↔
+``pipeline_parallel_microbatch_size`` with pp (``training.local_batch_size`` = global batch / dp),
+``training.local_batch_size`` without (gradient accumulation up to ``training.global_batch_size``);
+interleave ↔ ``pipeline_parallel_schedule = "Interleaved1F1B"`` with
+``pipeline_parallel_layers_per_stage`` = layers / (pp·v) (first/last stage less layers 0);
+recompute ↔ ``activation_checkpoint.mode`` (selective: ``selective_ac_option = "op"``, op-level
+SAC); sequence_parallel: torchtitan's TP always shards norms over the sequence (tp > 1 ⇒ SP);
+tp_overlap ↔ ``enable_async_tensor_parallel`` (needs ``compile.enable``); dp_overlap: FSDP2
+always prefetches; offload of weights and optimizer to the host tier ↔
+``training.enable_cpu_offload`` (FSDP2 CPU offload: parameters, gradients and optimizer state
+together); precision fp8 ↔ ``model.converters = ["quantize.linear.float8"]`` (``"float8"`` is
+read too); grad_dtype ↔ ``training.mixed_precision_reduce`` (``float32`` only).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+import hardware_catalog
+from planner.errors import InputError
+from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier
+from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+FORMAT = "torchtitan"
+VERSION = "torchtitan v0.2.2 @ 73a0e6979 (2026-02-20)"
+
+KEYS: dict[str, str] = {
+    "model": "model.name",
+    "flavor": "model.flavor",
+    "precision": "model.converters",
+    "micro_batch": "parallelism.pipeline_parallel_microbatch_size",
+    "local_batch": "training.local_batch_size",
+    "global_batch": "training.global_batch_size",
+    "seq_len": "training.seq_len",
+    "param_dtype": "training.mixed_precision_param",
+    "grad_dtype": "training.mixed_precision_reduce",
+    "offload": "training.enable_cpu_offload",
+    "replicate": "parallelism.data_parallel_replicate_degree",
+    "shard": "parallelism.data_parallel_shard_degree",
+    "reshard": "parallelism.fsdp_reshard_after_forward",
+    "tp": "parallelism.tensor_parallel_degree",
+    "tp_overlap": "parallelism.enable_async_tensor_parallel",
+    "pp": "parallelism.pipeline_parallel_degree",
+    "schedule": "parallelism.pipeline_parallel_schedule",
+    "interleave": "parallelism.pipeline_parallel_layers_per_stage",
+    "first_less": "parallelism.pipeline_parallel_first_stage_less_layers",
+    "last_less": "parallelism.pipeline_parallel_last_stage_less_layers",
+    "cp": "parallelism.context_parallel_degree",
+    "recompute": "activation_checkpoint.mode",
+    "selective_option": "activation_checkpoint.selective_ac_option",
+    "compile": "compile.enable",
+    "compile_components": "compile.components",
+}
+"""The knob ↔ key table (section.key)."""
+
+FLAVORS = {
+    ("llama3", "8B"): "llama3-8b",
+    ("llama3", "70B"): "llama3-70b",
+    ("llama3", "405B"): "llama3-405b",
+}
+"""torchtitan model flavors ↔ planner catalog models of the same shape (llama3_args in
+torchtitan/models/llama3/__init__.py: dim, n_layers, n_heads, n_kv_heads, FFN from
+ffn_dim_multiplier and multiple_of, 128,256-token tokenizer; untied, no dropout)."""
+
+FLOAT8 = ("quantize.linear.float8", "float8")
+MISSING_HINT: dict[str, str] = {}
+"""torchtitan gives the model by flavor only (an unknown flavor is its own error)."""
+SINGLE_STAGE = ("1F1B", "GPipe")
+"""Schedules with one stage per rank (PipelineScheduleSingle); the others are multi-stage."""
+
+
+def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:
+    """The plan as a torchtitan job TOML."""
+    s = strategy
+    notes: list[str] = []
+    flavor = next((key for key, name in FLAVORS.items() if name == model.name), None)
+    if flavor is None:
+        flavor = ("llama3", model.name)
+        notes.append(
+            f"model: {model.name} is not a torchtitan flavor (llama3 8B, 70B, 405B); add it to "
+            "llama3_args in Python, flavor name as here"
+        )
+    if job.attention != "flash":
+        notes.append("attention = materialized: torchtitan runs SDPA/flex attention (flash)")
+    if job.grad_dtype != "fp32":
+        notes.append("grad_dtype = bf16: torchtitan reduces gradients in float32 only")
+    if s.tp > 1 and not s.sequence_parallel:
+        notes.append("sequence_parallel = false: torchtitan's TP always shards norms (SP)")
+    if not s.dp_overlap:
+        notes.append("dp_overlap = false: torchtitan's FSDP2 always overlaps (prefetch)")
+    replicate, shard, reshard = _data_parallel(s, notes)
+    offload = _offload(s, system, notes)
+    per_rank = job.global_batch // s.dp
+    sections: dict[str, dict[str, object]] = {
+        "model": {"name": flavor[0], "flavor": flavor[1]},
+        "training": {
+            "local_batch_size": per_rank if s.pp > 1 else s.micro_batch,
+            "global_batch_size": job.global_batch,
+            "seq_len": job.seq_len_for(model),
+            "mixed_precision_param": "bfloat16",
+            "mixed_precision_reduce": "float32",
+            "enable_cpu_offload": offload,
+        },
+        "parallelism": {
+            "data_parallel_replicate_degree": replicate,
+            "data_parallel_shard_degree": shard,
+            "fsdp_reshard_after_forward": reshard,
+            "tensor_parallel_degree": s.tp,
+            "enable_async_tensor_parallel": s.tp_overlap,
+            "pipeline_parallel_degree": s.pp,
+            "context_parallel_degree": s.cp,
+        },
+        "activation_checkpoint": {"mode": s.recompute},
+    }
+    if job.precision == "fp8":
+        sections["model"]["converters"] = [FLOAT8[0]]
+    if s.pp > 1:
+        sections["parallelism"] |= {
+            "pipeline_parallel_schedule": "Interleaved1F1B" if s.interleave > 1 else "1F1B",
+            "pipeline_parallel_microbatch_size": s.micro_batch,
+            "pipeline_parallel_layers_per_stage": model.layers // (s.pp * s.interleave),
+            "pipeline_parallel_first_stage_less_layers": 0,
+            "pipeline_parallel_last_stage_less_layers": 0,
+        }
+    if s.recompute == "selective":
+        sections["activation_checkpoint"]["selective_ac_option"] = "op"
+    if s.tp_overlap:
+        sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    lines = [
+        f"# torchtitan job config: {model.name} on {s.gpus} GPUs of {system.name}",
+        f"# planner strategy: {s.describe()}",
+        f"# keys as in {VERSION}; run with NGPU={s.gpus} CONFIG_FILE=<this file> ./run_train.sh",
+        *(f"# note: {note}" for note in notes),
+    ]
+    for name, values in sections.items():
+        lines += ["", f"[{name}]"] + [f"{key} = {_toml(value)}" for key, value in values.items()]
+    return LaunchConfig(format=FORMAT, text="\n".join(lines) + "\n", notes=notes)
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return str(value)
+
+
+def _data_parallel(s: Strategy, notes: list[str]) -> tuple[int, int, str]:
+    """(replicate degree, shard degree, fsdp_reshard_after_forward) for dp and zero_stage."""
+    if s.dp == 1:
+        if s.zero_stage:
+            notes.append(f"zero_stage = {s.zero_stage}: no data parallelism to shard over (dp = 1)")
+        return 1, 1, "default"
+    if s.zero_stage == 0:
+        if s.gpus != s.dp:
+            notes.append(
+                "zero_stage = 0: torchtitan's DDP (data_parallel_replicate_degree) runs only "
+                "without TP, PP and CP (parallelize.py: 'DDP has not supported > 1D parallelism')"
+            )
+        return s.dp, 1, "default"
+    if s.zero_stage == 1:
+        notes.append(
+            "zero_stage = 1: no torchtitan equivalent (FSDP2 shards gradients too); emitted as "
+            "ZeRO-2 (fsdp_reshard_after_forward = never)"
+        )
+    return 1, s.dp, "default" if s.zero_stage == 3 else "never"
+
+
+def _offload(s: Strategy, system: SystemSpec, notes: list[str]) -> bool:
+    to_host, offload_notes = host_offloads(s, system, "torchtitan")
+    notes += offload_notes
+    if "offload_activations" in to_host:
+        notes.append("offload_activations: torchtitan v0.2.2 has no activation offloading")
+    pair = {"offload_weights", "offload_optimizer"}
+    if pair <= to_host:
+        if s.zero_stage < 2 or s.dp == 1:
+            notes.append("offload_weights: enable_cpu_offload applies with FSDP (dp > 1) only")
+        return True
+    for knob in sorted(pair & to_host):
+        notes.append(
+            f"{knob}: torchtitan's enable_cpu_offload moves parameters, gradients and "
+            "optimizer state together; one alone is not expressible"
+        )
+    return False
+
+
+class _Keys:
+    """The parsed TOML with typed access by ``section.key``; remembers which keys were read."""
+
+    def __init__(self, data: dict[str, object]) -> None:
+        self.flat: dict[str, object] = {}
+        for section, values in data.items():
+            if isinstance(values, dict):
+                for key, value in values.items():
+                    self.flat[f"{section}.{key}"] = value
+            else:
+                self.flat[section] = values
+        self.read: set[str] = set()
+
+    def get(self, knob: str, kind: type, default: Any = None) -> Any:
+        key = KEYS[knob]
+        self.read.add(key)
+        value = self.flat.get(key, default)
+        if value is default:
+            return value
+        wrong = isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)
+        if wrong:
+            names = {int: "a whole number", bool: "true or false", str: "a string", list: "a list"}
+            raise InputError(f"torchtitan key {key} = {value!r}: expected {names[kind]}")
+        return value
+
+
+def read(text: str, system: SystemSpec) -> Parsed:
+    """A torchtitan job TOML."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"torchtitan job config: not valid TOML ({error})") from None
+    keys = _Keys(data)
+    parsed = Parsed(fmt=FORMAT)
+    tp, pp = keys.get("tp", int, 1), keys.get("pp", int, 1)
+    parsed.knobs = {
+        "tp": tp,
+        "pp": pp,
+        "cp": keys.get("cp", int, 1),
+        "sequence_parallel": tp > 1,
+        "tp_overlap": keys.get("tp_overlap", bool, False),
+        "dp_overlap": True,
+    }
+    keys.get("compile", bool)
+    keys.get("compile_components", list)
+    _read_model(keys, parsed)
+    _read_batch(keys, parsed, pp)
+    _read_data_parallel(keys, parsed)
+    _read_pipeline(keys, parsed, pp)
+    _read_recompute(keys, parsed)
+    _read_job(keys, parsed)
+    if keys.get("offload", bool, False):
+        host = host_tier(system)
+        if host is None:
+            parsed.notes.append(
+                f"offload_weights: system {system.name!r} has no host-memory tier; "
+                "enable_cpu_offload ignored"
+            )
+        else:
+            parsed.knobs |= {"offload_weights": host, "offload_optimizer": host}
+    parsed.unsupported = [key for key in keys.flat if key not in keys.read]
+    return parsed
+
+
+def _read_model(keys: _Keys, parsed: Parsed) -> None:
+    name = keys.get("model", str, "llama3")
+    flavor = keys.get("flavor", str, "debugmodel")
+    catalog = FLAVORS.get((name, flavor))
+    if catalog is None:
+        known = ", ".join(f"{n} {f}" for n, f in FLAVORS)
+        parsed.unknown_model = (
+            f"torchtitan model {name} flavor {flavor} has no planner catalog model of its shape "
+            f"(known: {known})"
+        )
+        parsed.notes.append(f"model: torchtitan flavor {name} {flavor} is not one of {known}")
+        return
+    model = hardware_catalog.load_model(catalog)
+    parsed.shape |= {field: getattr(model, field) for field in ("hidden", "layers", "heads")}
+    parsed.shape |= {
+        "kv_heads": model.kv_heads,
+        "head_dim": model.head_dim,
+        "ffn_hidden": model.ffn_hidden,
+        "ffn_kind": model.ffn_kind,
+        "vocab": model.vocab,
+        "tied_embeddings": model.tied_embeddings,
+        "dropout": model.dropout,
+    }
+
+
+def _read_batch(keys: _Keys, parsed: Parsed, pp: int) -> None:
+    local = keys.get("local_batch", int, 8)
+    micro = keys.get("micro_batch", int, 1)
+    parsed.knobs["micro_batch"] = micro if pp > 1 else local
+    global_batch = keys.get("global_batch", int, -1)
+    if global_batch > 0:
+        parsed.job["global_batch"] = global_batch
+    else:
+        parsed.global_per_dp = local
+    seq = keys.get("seq_len", int, 2048)
+    parsed.job["seq_len"] = seq
+
+
+def _read_data_parallel(keys: _Keys, parsed: Parsed) -> None:
+    replicate = keys.get("replicate", int, 1)
+    shard = keys.get("shard", int, -1)
+    reshard = keys.get("reshard", str, "default")
+    if reshard not in ("default", "always", "never"):
+        raise InputError(
+            f"torchtitan key {KEYS['reshard']} = {reshard!r}: allowed: default, always, never"
+        )
+    if shard == 1:
+        parsed.knobs["zero_stage"] = 0
+    else:
+        parsed.knobs["zero_stage"] = 2 if reshard == "never" else 3
+    if shard != -1:
+        parsed.dp = replicate * shard
+    else:
+        parsed.dp_multiple = replicate
+    if replicate > 1 and shard != 1:
+        parsed.notes.append(
+            "zero_stage: HSDP (replicate and shard degrees) read as ZeRO-3 over all of dp; "
+            "planner does not model sharding over a subgroup"
+        )
+
+
+def _read_pipeline(keys: _Keys, parsed: Parsed, pp: int) -> None:
+    schedule = keys.get("schedule", str, "1F1B")
+    per_stage = keys.get("interleave", int)
+    first, last = keys.get("first_less", int, 1), keys.get("last_less", int, 1)
+    if pp == 1:
+        parsed.knobs["interleave"] = 1
+        return
+    if schedule not in ("1F1B", "Interleaved1F1B", "GPipe", "InterleavedZeroBubble"):
+        parsed.notes.append(f"interleave: schedule {schedule} costed as (interleaved) 1F1B")
+    if first or last:
+        parsed.notes.append(
+            f"pp: first/last stages carry {first}/{last} fewer layers; planner splits evenly"
+        )
+    if per_stage is None:
+        parsed.knobs["interleave"] = 1 if schedule in SINGLE_STAGE else 2
+    else:
+        parsed.layers_per_virtual_stage = per_stage
+        parsed.extra_stage_layers = first + last
+
+
+def _read_recompute(keys: _Keys, parsed: Parsed) -> None:
+    mode = keys.get("recompute", str, "selective")
+    option = keys.get("selective_option", str, "2")
+    if mode not in ("none", "selective", "full", "memory_budget"):
+        raise InputError(
+            f"torchtitan key {KEYS['recompute']} = {mode!r}: allowed: none, selective, full, "
+            "memory_budget"
+        )
+    if mode == "memory_budget":
+        parsed.notes.append("recompute: memory_budget (compiler-chosen) costed as selective")
+        mode = "selective"
+    elif mode == "selective" and option != "op":
+        parsed.notes.append(
+            f"recompute: selective_ac_option = {option} (every {option}th layer fully "
+            "recomputed) costed as selective"
+        )
+    parsed.knobs["recompute"] = mode
+
+
+def _read_job(keys: _Keys, parsed: Parsed) -> None:
+    converters = keys.get("precision", list, [])
+    parsed.job["precision"] = "fp8" if any(name in FLOAT8 for name in converters) else "bf16"
+    if keys.get("param_dtype", str, "bfloat16") != "bfloat16":
+        parsed.notes.append("precision: mixed_precision_param float32 is costed as bf16")
+    reduce = keys.get("grad_dtype", str, "float32")
+    if reduce != "float32":
+        raise InputError(f"torchtitan key {KEYS['grad_dtype']} = {reduce!r}: allowed: float32")
+    parsed.job["grad_dtype"] = "fp32"

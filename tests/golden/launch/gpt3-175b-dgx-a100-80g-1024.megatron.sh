@@ -1,0 +1,23 @@
+# Megatron-LM arguments: gpt3-175b on 1024 GPUs of dgx-a100-80g
+# planner strategy: tp=8 pp=16 dp=8 mb=1 v=2 selective+SP
+# flags as in Megatron-LM main @ d98e8a64dd (2026-08-22); add the data, tokenizer and optimizer flags
+torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py \
+    --num-layers 96 \
+    --hidden-size 12288 \
+    --ffn-hidden-size 49152 \
+    --num-attention-heads 96 \
+    --padded-vocab-size 51200 \
+    --seq-length 2048 \
+    --max-position-embeddings 2048 \
+    --tensor-model-parallel-size 8 \
+    --pipeline-model-parallel-size 16 \
+    --context-parallel-size 1 \
+    --num-layers-per-virtual-pipeline-stage 3 \
+    --sequence-parallel \
+    --micro-batch-size 1 \
+    --global-batch-size 1536 \
+    --recompute-granularity selective \
+    --overlap-grad-reduce \
+    --bf16 \
+    --accumulate-allreduce-grads-in-fp32 \
+    --attention-backend flash

@@ -1,0 +1,446 @@
+"""From plan to launch and back (planner.launch, issue 14): emit → read is the identity on the
+knobs each framework expresses (hypothesis, per framework) and the notes name the others; golden
+files pin the emitted text; the Megatron-LM GPT-3 175B example's arguments reproduce the
+strategy and estimate of the equivalent flags; every new CLI path (--emit, --from, --compare)
+× ok / bad input / infeasible × table and --json."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from planner import launch
+from planner.api import as_model, as_system
+from planner.cli import main
+from planner.rules import divisors, strategy_violations
+from planner.specs import JobSpec, Strategy
+from tests.test_startup import HEAVY, PROBE
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "golden" / "launch"
+GPT3_ARGS = HERE / "fixtures" / "launch" / "pretrain_gpt3_175B.args"
+OFFLOAD_SYSTEM = "h100-offload-512g"
+"""A system whose tier 1 is host memory, so CPU offloading is expressible."""
+OK, BAD, INFEASIBLE = 0, 2, 3
+JOB_FIELDS = ("global_batch", "seq_len", "precision", "grad_dtype", "attention")
+MODELS = {
+    "megatron": ["llama3-8b", "gpt3-1.3b"],
+    "nemo": ["llama3-8b", "gpt3-1.3b"],
+    "torchtitan": ["llama3-8b", "llama3-70b"],
+}
+
+
+@st.composite
+def problems(draw: st.DrawFn, fmt: str) -> tuple:
+    """A valid (model, job, strategy) for the format's models on the offload system."""
+    model = as_model(draw(st.sampled_from(MODELS[fmt])))
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    pp = draw(st.sampled_from([p for p in divisors(model.layers) if p <= 8]))
+    interleave = draw(st.sampled_from(divisors(model.layers // pp))) if pp > 1 else 1
+    dp, micro = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2]))
+    strategy = Strategy(
+        tp=tp,
+        cp=draw(st.sampled_from([1, 2])),
+        pp=pp,
+        dp=dp,
+        micro_batch=micro,
+        interleave=interleave,
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        sequence_parallel=tp > 1 and draw(st.booleans()),
+        zero_stage=draw(st.integers(0, 3)),
+        offload_weights=draw(st.integers(0, 1)),
+        offload_activations=draw(st.integers(0, 1)),
+        offload_optimizer=draw(st.integers(0, 1)),
+        dp_overlap=draw(st.booleans()),
+        tp_overlap=tp > 1 and draw(st.booleans()),
+    )
+    job = JobSpec(
+        global_batch=dp * micro * pp * draw(st.integers(1, 3)),
+        seq_len=draw(st.sampled_from([2048, 4096])),
+        precision=draw(st.sampled_from(["bf16", "fp8"])),
+        grad_dtype=draw(st.sampled_from(["fp32", "bf16"])),
+        attention=draw(st.sampled_from(["flash", "materialized"])),
+    )
+    assume(not strategy_violations(model, as_system(OFFLOAD_SYSTEM), job, strategy))
+    return model, job, strategy
+
+
+def _check_round_trip(fmt: str, problem: tuple) -> None:
+    model, job, strategy = problem
+    system = as_system(OFFLOAD_SYSTEM)
+    emitted = launch.emit(fmt, model, system, job, strategy)
+    back = launch.read(fmt, emitted.text, system)
+    noted = " ".join(emitted.notes)
+    assert back.model is not None and back.model.name == model.name
+    assert back.gpus == strategy.gpus
+    assert back.strategy is not None
+    for knob in Strategy.model_fields:
+        if getattr(back.strategy, knob) != getattr(strategy, knob):
+            assert knob in noted, (knob, strategy.describe(), back.strategy.describe(), noted)
+    for name in JOB_FIELDS:
+        if name in back.job and back.job[name] != getattr(job, name):
+            assert name in noted, (name, back.job, job)
+    assert back.unsupported == []
+
+
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_emit_then_read_gives_the_strategy_back(fmt: str) -> None:
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+    @given(problems(fmt))
+    def check(problem: tuple) -> None:
+        _check_round_trip(fmt, problem)
+
+    check()
+
+
+def test_megatron_and_nemo_express_every_knob() -> None:
+    """On a system with a host tier, Megatron-LM and NeMo need no notes for the README job."""
+    model, system = as_model("llama3-8b"), as_system(OFFLOAD_SYSTEM)
+    job = JobSpec(global_batch=64)
+    strategy = Strategy(tp=2, pp=2, dp=2, interleave=2, zero_stage=3, offload_optimizer=1)
+    for fmt in ("megatron", "nemo"):
+        emitted = launch.emit(fmt, model, system, job, strategy)
+        assert emitted.notes == []
+        assert launch.read(fmt, emitted.text, system).strategy == strategy
+
+
+GOLDEN_CASES = {
+    # file: (format, model, system, global batch, strategy)
+    "gpt3-175b-dgx-a100-80g-1024.megatron.sh": (
+        "megatron",
+        "gpt3-175b",
+        "dgx-a100-80g",
+        1536,
+        Strategy(tp=8, pp=16, dp=8, interleave=2, recompute="selective", sequence_parallel=True),
+    ),
+    "gpt3-175b-dgx-a100-80g-1024.nemo.yaml": (
+        "nemo",
+        "gpt3-175b",
+        "dgx-a100-80g",
+        1536,
+        Strategy(tp=8, pp=16, dp=8, interleave=2, recompute="selective", sequence_parallel=True),
+    ),
+    "llama3-70b-dgx-h100-512.torchtitan.toml": (
+        "torchtitan",
+        "llama3-70b",
+        "dgx-h100",
+        1024,
+        Strategy(tp=8, pp=4, dp=16, interleave=2, recompute="selective", sequence_parallel=True,
+                 zero_stage=3, micro_batch=1),
+    ),
+    "llama3-8b-h100-offload-512g-8.megatron.sh": (
+        "megatron",
+        "llama3-8b",
+        OFFLOAD_SYSTEM,
+        64,
+        Strategy(tp=1, dp=8, micro_batch=2, zero_stage=1, offload_optimizer=1),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(GOLDEN_CASES))
+def test_golden_launch_files(name: str) -> None:
+    """Byte for byte; PLANNER_UPDATE_GOLDEN=1 rewrites them (review the diff)."""
+    fmt, model, system, batch, strategy = GOLDEN_CASES[name]
+    text = launch.emit(
+        fmt, as_model(model), as_system(system), JobSpec(global_batch=batch), strategy
+    ).text
+    path = GOLDEN / name
+    if os.environ.get("PLANNER_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8")
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = OK) -> dict:
+    assert main([*argv, "--json"]) == code
+    out, err = capsys.readouterr()
+    assert err == ""
+    return json.loads(out)
+
+
+GPT3_FLAGS = ["--system", "dgx-a100-80g", "--gpus", "1024", "--attention", "materialized"]
+
+
+def test_gpt3_175b_example_reproduces_the_equivalent_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Megatron-LM's 2021 GPT-3 175B example (tp 8, pp 16, mb 1, batch 1536, --fp16,
+    --checkpoint-activations) reads as the strategy and estimate of the same flags."""
+    read = _json(capsys, ["evaluate", "--from", "megatron", str(GPT3_ARGS), *GPT3_FLAGS])
+    flags = _json(
+        capsys,
+        ["evaluate", "--model", "gpt3-175b", *GPT3_FLAGS, "--global-batch", "1536"]
+        + ["--seq-len", "2048", "--tp", "8", "--pp", "16", "--micro-batch", "1"]
+        + ["--recompute", "full", "--no-dp-overlap", "--grad-dtype", "bf16"],
+    )
+    assert read["model"] == "gpt3-175b"
+    assert read["strategy"] == flags["strategy"]
+    assert read["strategy"] | {"recompute": "full"} == read["strategy"]
+    assert (read["strategy"]["tp"], read["strategy"]["pp"], read["strategy"]["dp"]) == (8, 16, 8)
+    assert read["job"] == flags["job"]
+    assert read["estimate"] == flags["estimate"]
+    assert "--lr" in read["from"]["unsupported"]
+    assert any("--checkpoint-activations" in note for note in read["from"]["notes"])
+
+
+def _write(tmp_path: Path, fmt: str, model: str, system: str, batch: int, strategy: Strategy):
+    emitted = launch.emit(
+        fmt, as_model(model), as_system(system), JobSpec(global_batch=batch), strategy
+    )
+    path = tmp_path / f"{model}-{strategy.gpus}.{fmt}"
+    path.write_text(emitted.text, encoding="utf-8")
+    return str(path)
+
+
+SMALL = Strategy(
+    tp=2, pp=2, dp=2, interleave=2, recompute="selective", sequence_parallel=True, zero_stage=3
+)
+SMALL_PROBLEM = ("llama3-8b", "dgx-h100", 64)
+TOO_BIG = Strategy(tp=8, pp=2, dp=1)
+"""gpt3-175b on 16 GPUs: does not fit in HBM."""
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_from_ok_and_infeasible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, as_json: bool
+) -> None:
+    model, system, batch = SMALL_PROBLEM
+    path = _write(tmp_path, fmt, model, system, batch, SMALL)
+    argv = ["evaluate", "--from", fmt, path, "--system", system]
+    cases = [(argv, OK)]
+    if fmt != "torchtitan":  # torchtitan has no GPT-3 flavor
+        big = _write(tmp_path, fmt, "gpt3-175b", "dgx-a100-80g", 64, TOO_BIG)
+        cases.append((["evaluate", "--from", fmt, big, "--system", "dgx-a100-80g"], INFEASIBLE))
+    for case, code in cases:
+        assert main([*case, "--json"] if as_json else case) == code
+        out, err = capsys.readouterr()
+        assert err == "" and "Traceback" not in out
+        if as_json:
+            payload = json.loads(out)
+            assert payload["from"]["format"] == fmt and payload["estimate"] is not None
+            if code == OK:
+                assert payload["strategy"] == SMALL.model_dump(mode="json")
+                assert payload["model"] == model
+        else:
+            assert out.startswith(f"read {fmt} configuration {case[3]}: ")
+
+
+def test_from_standard_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path, "megatron", *SMALL_PROBLEM, SMALL)
+    data = Path(path).read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    payload = _json(capsys, ["evaluate", "--from", "megatron", "-", "--system", "dgx-h100"])
+    assert payload["strategy"] == SMALL.model_dump(mode="json")
+    assert payload["from"]["path"] == "-"
+
+
+def test_model_flag_wins_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "nemo", *SMALL_PROBLEM, SMALL)
+    argv = ["evaluate", "--from", "nemo", path, "--system", "dgx-h100", "--model", "llama2-7b"]
+    payload = _json(capsys, argv)
+    assert payload["model"] == "llama2-7b"
+    assert any(
+        note.startswith("model: --model llama2-7b wins") for note in payload["from"]["notes"]
+    )
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_emit_on_evaluate_and_plan(
+    capsys: pytest.CaptureFixture[str], fmt: str, as_json: bool
+) -> None:
+    problem = ["--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"]
+    problem += ["--global-batch", "64"]
+    for argv in (
+        ["evaluate", *problem, "--tp", "2", "--pp", "2", "--emit", fmt],
+        ["plan", *problem, "--emit", fmt],
+    ):
+        assert main([*argv, "--json"] if as_json else argv) == OK
+        out, err = capsys.readouterr()
+        assert err == ""
+        if as_json:
+            launch_json = json.loads(out)["launch"]
+            assert launch_json["format"] == fmt and set(launch_json) == {"format", "text", "notes"}
+            assert "llama3-8b" in launch_json["text"]
+        else:
+            assert f"launch configuration ({fmt}):" in out
+
+
+def test_plan_emit_when_infeasible(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "megatron-1t", "--system", "dgx-a100-80g", "--gpus", "16"]
+    argv += ["--global-batch", "64", "--emit", "megatron"]
+    assert _json(capsys, argv, INFEASIBLE)["launch"] is None
+    assert main(argv) == INFEASIBLE
+    assert "launch configuration" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
+    path = _write(tmp_path, "megatron", *SMALL_PROBLEM, SMALL)
+    argv = ["evaluate", "--from", "megatron", path, "--system", "dgx-h100", "--compare"]
+    assert main([*argv, "--json"] if as_json else argv) == OK
+    out, err = capsys.readouterr()
+    assert err == ""
+    if as_json:
+        compare = json.loads(out)["compare"]
+        assert compare["status"] == "optimal"
+        assert compare["best_step_time_s"] <= compare["yours_step_time_s"] * (1 + 1e-9)
+        assert {"knob", "yours", "best"} == set(compare["changes"][0])
+    else:
+        line = out.strip().splitlines()[-1]
+        assert line.startswith("your configuration: ") and "; best: " in line
+
+
+def _bad_cases(tmp_path: Path) -> dict[str, list[str]]:
+    ok = _write(tmp_path, "megatron", *SMALL_PROBLEM, SMALL)
+    args = tmp_path / "contradiction.args"
+    args.write_text(
+        "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py "
+        "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2"
+    )
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\n'
+        "data_parallel_shard_degree = 4\ntensor_parallel_degree = 4\n"
+    )
+    flavor = tmp_path / "flavor.toml"
+    flavor.write_text('[model]\nname = "llama3"\nflavor = "1B"\n')
+    no_batch = tmp_path / "no-batch.args"
+    no_batch.write_text(Path(ok).read_text().replace("--global-batch-size 64", ""))
+    common = ["--system", "dgx-h100"]
+    return {
+        "unknown format": ["evaluate", "--from", "deepspeed", ok, *common],
+        "unreadable file": ["evaluate", "--from", "megatron", str(tmp_path / "nope"), *common],
+        "tp·pp > gpus": ["evaluate", "--from", "megatron", str(args), *common],
+        "--gpus contradicts": ["evaluate", "--from", "megatron", ok, *common, "--gpus", "16"],
+        "degrees ≠ gpus": ["evaluate", "--from", "torchtitan", str(toml), *common, "--gpus", "8"],
+        "unknown flavor": ["evaluate", "--from", "torchtitan", str(flavor), *common],
+        "no gpus": ["evaluate", "--from", "megatron", str(GPT3_ARGS), "--system", "dgx-a100-80g"],
+        "strategy flag": ["evaluate", "--from", "megatron", ok, *common, "--tp", "4"],
+        "no global batch": ["evaluate", "--from", "megatron", str(no_batch), *common],
+        "no model": ["evaluate", "--system", "dgx-h100", "--global-batch", "64"],
+        "bad --emit": ["plan", "--model", "llama3-8b", *common, "--gpus", "8", "--global-batch",
+                       "64", "--emit", "jax"],
+        "bad yaml": ["evaluate", "--from", "nemo", str(GPT3_ARGS), *common],
+        "bad toml": ["evaluate", "--from", "torchtitan", str(GPT3_ARGS), *common],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_bad_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    for name, argv in _bad_cases(tmp_path).items():
+        assert main([*argv, "--json"] if as_json else argv) == BAD, name
+        out, err = capsys.readouterr()
+        assert out == "", name
+        assert err.startswith("planner: error: ") and err.count("\n") == 1, (name, err)
+        assert "Traceback" not in err
+
+
+def test_contradiction_names_the_product(tmp_path: Path, capsys) -> None:
+    argv = _bad_cases(tmp_path)["degrees ≠ gpus"]
+    assert main(argv) == BAD
+    assert "tp·cp·pp·dp = 4·1·1·4 = 16 must equal gpus = 8" in capsys.readouterr().err
+
+
+def test_evaluate_from_does_not_import_the_solver() -> None:
+    argv = ["evaluate", "--from", "megatron", str(GPT3_ARGS), *GPT3_FLAGS, "--emit", "nemo"]
+    probe = PROBE.format(argv=argv, heavy=HEAVY)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip().splitlines()[-1] == "LOADED", done.stderr[-500:]
+
+
+MEGATRON_WORDS = [
+    *launch.megatron.FLAGS.values(), "torchrun", "--nnodes", "--nproc-per-node", "pretrain_gpt.py",
+    "--fp16", "--checkpoint-activations", "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy", "optim", "--cpu-offloading", "full", "selective",
+    "block", "0", "1", "2", "8", "-3", "96", "4096", "x", "'", "#",
+]  # fmt: skip
+VALUES = {
+    "nemo": ["0", "1", "2", "8", "true", "false", "null", "x", "[1]", "megatron", "full", "0.1"],
+    "torchtitan": ["0", "1", "2", "-1", "true", '"8B"', '"never"', '"op"', '"full"', "[1]"],
+}
+"""Odd and ordinary values for each key of the NeMo and torchtitan tables."""
+
+
+def _texts(fmt: str) -> st.SearchStrategy[str]:
+    """Random configurations: megatron word salads, NeMo / torchtitan files of real keys."""
+    if fmt == "megatron":
+        return st.lists(st.sampled_from(MEGATRON_WORDS), max_size=30).map(" ".join)
+    keys = list(launch.FORMATS[fmt].KEYS.values())
+    values = st.sampled_from(VALUES[fmt])
+    if fmt == "nemo":
+        lines = st.dictionaries(st.sampled_from(keys), values, max_size=20)
+        return lines.map(lambda d: "\n".join(f"{k}: {v}" for k, v in d.items()))
+    sections = st.dictionaries(st.sampled_from(keys), values, max_size=20)
+    return sections.map(_toml_text)
+
+
+def _toml_text(values: dict[str, str]) -> str:
+    by_section: dict[str, list[str]] = {}
+    for key, value in values.items():
+        section, name = key.split(".", 1)
+        by_section.setdefault(section, []).append(f"{name} = {value}")
+    return "\n".join(f"[{section}]\n" + "\n".join(lines) for section, lines in by_section.items())
+
+
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_malformed_configurations_fail_cleanly(fmt: str, tmp_path: Path) -> None:
+    """Any configuration reads as a result (exit 0/3) or a one-line error (exit 2), never a
+    crash."""
+    path = tmp_path / "config"
+
+    @settings(max_examples=150, deadline=None)
+    @given(_texts(fmt))
+    def check(text: str) -> None:
+        path.write_text(text, encoding="utf-8")
+        argv = ["evaluate", "--from", fmt, str(path), "--system", OFFLOAD_SYSTEM]
+        argv += ["--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--json"]
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sys, "stdout", out)
+            patch.setattr(sys, "stderr", err)
+            code = main(argv)
+        assert code in (OK, BAD, INFEASIBLE), (text, err.getvalue())
+        if code == BAD:
+            assert err.getvalue().count("\n") == 1, err.getvalue()
+
+    check()
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_compare_when_nothing_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """Your configuration does not fit and no plan does: exit 3, best none."""
+    path = _write(tmp_path, "nemo", "gpt3-175b", "dgx-a100-80g", 64, TOO_BIG)
+    argv = ["evaluate", "--from", "nemo", path, "--system", "dgx-a100-80g", "--compare"]
+    assert main([*argv, "--json"] if as_json else argv) == INFEASIBLE
+    out, err = capsys.readouterr()
+    assert err == ""
+    if as_json:
+        compare = json.loads(out)["compare"]
+        assert compare["status"] == "infeasible" and compare["best_strategy"] is None
+        assert compare["yours_fits"] is False
+    else:
+        assert out.strip().endswith("best: none found (infeasible)")
+
+
+def test_compare_without_from(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["evaluate", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"]
+    argv += ["--global-batch", "64", "--tp", "8", "--recompute", "full", "--compare"]
+    compare = _json(capsys, argv)["compare"]
+    assert compare["speedup"] >= 1 and compare["changes"]
