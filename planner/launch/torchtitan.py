@@ -309,6 +309,11 @@ def _read_batch(keys: _Keys, parsed: Parsed, pp: int) -> None:
 def _read_data_parallel(keys: _Keys, parsed: Parsed) -> None:
     replicate = keys.get("replicate", int, 1)
     shard = keys.get("shard", int, -1)
+    if replicate < 1 or (shard < 1 and shard != -1):
+        raise InputError(
+            f"torchtitan keys {KEYS['replicate']} = {replicate}, {KEYS['shard']} = {shard}: "
+            "allowed: whole numbers ≥ 1 (the shard degree may be -1: the remaining GPUs)"
+        )
     reshard = keys.get("reshard", str, "default")
     if reshard not in ("default", "always", "never"):
         raise InputError(
