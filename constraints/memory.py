@@ -37,7 +37,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
     stored, working, act_tiers, rebuilt = tables.activations()
     logits = tables.logits()
     unit = tables.memory_unit_bytes
-    reserve = math.ceil(ctx.job.hbm_reserve_gib * (1 << 30) / unit)
+    reserve = math.ceil(ctx.hbm_reserve_bytes / unit)
 
     micro_batches = variables.micro_batch_count()
     pp_value = variables.new_int("pp_value", max(variables.domains["pp"]), 1)

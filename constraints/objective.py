@@ -51,8 +51,16 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     per_block = [compute, tp, *offload]
 
     pp_values, v_values = variables.domains["pp"], variables.domains["interleave"]
+    hidden_p2p = tables.ctx.stack.pp_overlap  # P2P under compute with interleaving (step.py)
     terms_by_pair = {
-        (a, c): _pipeline_terms(pp_values[a], v_values[c], layers, per_block, head, message)
+        (a, c): _pipeline_terms(
+            pp_values[a],
+            v_values[c],
+            layers,
+            per_block,
+            head,
+            None if hidden_p2p and v_values[c] > 1 else message,
+        )
         for a, c in variables.pairs
     }
     pipeline = variables.new_int(
@@ -102,14 +110,20 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
 
 
 def _pipeline_terms(
-    p: int, v: int, layers: int, per_block: list[PerBlock], head: PerBlock, message: PerBlock
+    p: int,
+    v: int,
+    layers: int,
+    per_block: list[PerBlock],
+    head: PerBlock,
+    message: PerBlock | None,
 ) -> list[tuple[int, cp_model.IntVar]]:
-    """p·v × pipeline, as (coefficient, variable) terms (see the module docstring)."""
+    """p·v × pipeline, as (coefficient, variable) terms (see the module docstring);
+    ``message`` None: the stack hides the stage-to-stage messages."""
     pv = p * v
     terms = [(v * layers * p**x.pp_power, x.per_step) for x in per_block]
     terms += [(pv * p**head.pp_power, head.per_step), (p * (p - 1), head.once)]
     terms += [((p - 1) * layers, x.once) for x in per_block]
-    if p > 1:
+    if p > 1 and message is not None:
         terms += [
             (2 * pv * v * p**message.pp_power, message.per_step),
             (2 * pv * (p - 1), message.once),

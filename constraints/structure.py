@@ -113,5 +113,5 @@ def add_canonical(variables: Variables) -> None:
     if dp_one is not None:
         if "zero_stage" not in pins:
             m.AddImplication(dp_one, variables.onehot["zero_stage"][0])
-        if "dp_overlap" not in pins:
+        if "dp_overlap" not in pins and 1 in variables.domains["dp_overlap"]:
             m.AddImplication(dp_one, variables.onehot["dp_overlap"][1])

@@ -1,4 +1,5 @@
-"""The built-in catalog: systems (``systems/*.yaml``) and model presets (``models/*.yaml``).
+"""The built-in catalog: systems (``systems/*.yaml``), model presets (``models/*.yaml``) and
+training-stack profiles (``stacks/*.yaml``).
 
 Every data file of the package (these and ``calibration/``) is read through
 ``importlib.resources`` (``CATALOG``), never a path relative to the source tree, so an installed
@@ -24,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import InputError, describe_validation_error
-from planner.specs import ModelSpec, SystemSpec
+from planner.specs import ModelSpec, StackProfile, SystemSpec
 
 CATALOG: Traversable = files(__name__)
 """The package's data as an importlib.resources tree: ``CATALOG / "systems" / "dgx-h100.yaml"``."""
@@ -116,8 +117,8 @@ def _catalog_data(kind: str, file_name: str) -> dict:
 
 @cache
 def _entries(kind: str) -> dict[str, str]:
-    """Map every lower-case name and alias of the catalog kind ('systems'/'models') to its file's
-    name in ``CATALOG / kind``."""
+    """Map every lower-case name and alias of the catalog kind ('systems', 'models', 'stacks') to
+    its file's name in ``CATALOG / kind``."""
     table: dict[str, str] = {}
     for file_name in sorted(_file_names(kind)):
         if file_name.endswith(".yaml"):
@@ -151,6 +152,11 @@ def model_names() -> list[str]:
     return _names("models")
 
 
+def stack_names() -> list[str]:
+    """Canonical names of the built-in training-stack profiles."""
+    return _names("stacks")
+
+
 def _looks_like_path(name: str) -> bool:
     return name.endswith((".yaml", ".yml", ".json")) or "/" in name or "\\" in name
 
@@ -182,3 +188,8 @@ def load_system(name: str) -> SystemSpec:
 def load_model(name: str) -> ModelSpec:
     """A built-in model preset by name or alias, or a model spec file by path."""
     return _resolve("models", name, ModelSpec, "model")
+
+
+def load_stack(name: str) -> StackProfile:
+    """A built-in training-stack profile by name or alias, or a profile spec file by path."""
+    return _resolve("stacks", name, StackProfile, "stack")

@@ -96,9 +96,14 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
     parser.add_argument("--seq-len", type=_whole(1, lim.MAX_SEQ_LEN), help="default: the model's")
     parser.add_argument("--precision", choices=["bf16", "fp8"], help="default: bf16")
     parser.add_argument(
+        "--stack",
+        help="training-stack profile: a catalog name (`planner catalog stacks`) or a spec file "
+        "(default: megatron-core)",
+    )
+    parser.add_argument(
         "--grad-dtype",
         choices=["fp32", "bf16"],
-        help="gradient accumulation / reduction precision (default: fp32, as Megatron)",
+        help="gradient accumulation / reduction precision (default: the stack's)",
     )
     parser.add_argument(
         "--attention",
@@ -113,8 +118,7 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
     parser.add_argument(
         "--hbm-reserve-gib",
         type=_number(0, lim.MAX_CAPACITY_GIB, low_open=False),
-        default=2.0,
-        help="HBM kept for CUDA context, NCCL and allocator (default 2)",
+        help="HBM kept for CUDA context, NCCL and allocator (default: the stack's, 2 GiB)",
     )
     parser.add_argument(
         "--hbm-usable-fraction",
@@ -185,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     catalog = commands.add_parser("catalog", help="list or show built-in systems and models")
-    catalog.add_argument("what", choices=["systems", "models", "show"])
+    catalog.add_argument("what", choices=["systems", "models", "stacks", "show"])
     catalog.add_argument("name", nargs="?", help="with show: a system or model name")
     catalog.add_argument("--json", action="store_true")
 
@@ -305,20 +309,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate_cmd.add_argument("--json", action="store_true")
 
+    validate_cmd.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="leave one source out: calibrate on the others, predict it (per source, overall)",
+    )
+
     calibrate_cmd = commands.add_parser(
-        "calibrate", help="fit a system's efficiency parameters to measured runs"
+        "calibrate", help="fit a training stack's efficiency parameters to measured runs"
     )
     calibrate_cmd.add_argument("--dataset", help="YAML/JSON file of runs (default: bundled)")
     calibrate_cmd.add_argument(
-        "--system", required=True, help="the system whose runs to fit (name as used in the dataset)"
+        "--stack",
+        required=True,
+        help="the stack profile whose runs to fit (catalog name or spec file, as the runs' jobs "
+        "name it)",
     )
     calibrate_cmd.add_argument(
         "--free",
-        default=",".join(CALIBRATED_PARAMETERS),
-        help="comma-separated parameters to fit (default: all of "
+        help="comma-separated parameters to fit (default: what the runs can inform, of "
         f"{', '.join(CALIBRATED_PARAMETERS)})",
     )
-    calibrate_cmd.add_argument("--out", help="write the calibrated system spec to this YAML file")
+    calibrate_cmd.add_argument("--out", help="write the calibrated stack profile to this YAML file")
     calibrate_cmd.add_argument("--json", action="store_true")
     return parser
 
@@ -334,6 +346,7 @@ def _job(args: argparse.Namespace, stated: dict[str, object] | None = None) -> J
         "global_batch": args.global_batch,
         "seq_len": args.seq_len,
         "precision": args.precision,
+        **({"stack": args.stack} if args.stack else {}),
         "grad_dtype": args.grad_dtype,
         "attention": args.attention,
         "train_tokens": args.train_tokens,
@@ -342,9 +355,13 @@ def _job(args: argparse.Namespace, stated: dict[str, object] | None = None) -> J
     }
     fields = {**(stated or {}), **{k: v for k, v in fields.items() if v is not None}}
     try:
-        return JobSpec(**fields)
+        job = JobSpec(**fields)
     except ValidationError as error:
         raise InputError(describe_validation_error(error, "job")) from None
+    import hardware_catalog
+
+    hardware_catalog.load_stack(job.stack)  # an unknown stack is a one-line error here
+    return job
 
 
 def _strategy(args: argparse.Namespace) -> Strategy:
@@ -401,6 +418,13 @@ def run_catalog(args: argparse.Namespace, console: Console) -> int:
         else:
             console.print(report.models_table(models))
         return EXIT_OK
+    if args.what == "stacks":
+        stacks = [hardware_catalog.load_stack(n) for n in hardware_catalog.stack_names()]
+        if args.json:
+            _print_json([s.model_dump(mode="json") for s in stacks])
+        else:
+            console.print(report.stacks_table(stacks))
+        return EXIT_OK
     if not args.name:
         raise InputError("catalog show needs a name, e.g. `planner catalog show dgx-h100`")
     spec = _find_any(args.name)
@@ -418,16 +442,18 @@ def run_catalog(args: argparse.Namespace, console: Console) -> int:
 
 
 def _find_any(name: str):
+    """A system, model or stack by name; the error names the three catalogs."""
     import hardware_catalog
 
-    """A system or model by name; the error names both catalogs."""
     try:
         return hardware_catalog.load_system(name)
     except InputError as system_error:
-        try:
-            return hardware_catalog.load_model(name)
-        except InputError:
-            raise InputError(str(system_error).replace("system", "system or model", 1)) from None
+        for load in (hardware_catalog.load_model, hardware_catalog.load_stack):
+            try:
+                return load(name)
+            except InputError:
+                pass
+        raise InputError(str(system_error).replace("system", "system, model or stack", 1)) from None
 
 
 def _strategy_defaults() -> dict[str, object]:
@@ -714,11 +740,14 @@ def run_plot(args: argparse.Namespace, console: Console) -> int:
 
 def run_validate(args: argparse.Namespace, console: Console) -> int:
     from planner import report
-    from planner.validation import load_dataset, validate
+    from planner.validation import cross_validate, load_dataset, validate
 
-    result = validate(load_dataset(args.dataset))
+    dataset = load_dataset(args.dataset)
+    result = cross_validate(dataset) if args.cross_validate else validate(dataset)
     if args.json:
         _print_json(result.model_dump(mode="json"))
+    elif args.cross_validate:
+        report.print_cross_validation(console, result)
     else:
         report.print_validation(console, result)
     return EXIT_OK
@@ -729,23 +758,32 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
 
     import yaml
 
+    import hardware_catalog
     from planner import report
-    from planner.api import as_system
-    from planner.calibration import apply_params, current_params, fit
+    from planner.calibration import (
+        apply_params,
+        current_params,
+        default_free,
+        fit,
+        runs_of_stack,
+    )
     from planner.validation import load_dataset, validate
 
     dataset = load_dataset(args.dataset)
-    system = as_system(args.system)
-    free = [name.strip() for name in args.free.split(",") if name.strip()]
-    before = current_params(system)
-    params, _ = fit(dataset, system, free)
+    stack = hardware_catalog.load_stack(args.stack)
+    free = [n.strip() for n in args.free.split(",") if n.strip()] if args.free else None
+    before = current_params(stack)
+    runs = runs_of_stack(dataset, stack)
+    free = free or default_free(runs, stack)
+    fitted, _ = fit(runs, stack, free)
+    params = {name: fitted[name] for name in free}
     note = (
-        f"fitted by `planner calibrate` to the {args.dataset or 'bundled'} dataset's runs on "
-        f"{system.name}"
+        f"fitted by `planner calibrate --stack {stack.name}` to the {len(runs)} runs of the "
+        f"{args.dataset or 'bundled'} dataset that name this stack"
     )
-    calibrated = apply_params(system, params, note)
-    result = validate(dataset, {system.name: calibrated})
-    runs = [r for r in result.runs if r.system == system.name]
+    calibrated = apply_params(stack, params, note)
+    result = validate(dataset, {stack.name: calibrated})
+    fitted_runs = [r for r in result.runs if r.stack == stack.name]
     if args.out:
         Path(args.out).write_text(
             yaml.safe_dump(calibrated.model_dump(mode="json"), sort_keys=False, width=100),
@@ -754,15 +792,15 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         _print_json(
             {
-                "system": system.name,
-                "before": before.model_dump(),
-                "after": params.model_dump(),
-                "runs": [r.model_dump() for r in runs],
+                "stack": stack.name,
+                "before": before,
+                "after": params,
+                "runs": [r.model_dump() for r in fitted_runs],
                 "written": args.out,
             }
         )
     else:
-        report.print_calibration(console, system.name, before, params, runs, args.out)
+        report.print_calibration(console, stack.name, before, params, fitted_runs, args.out)
     return EXIT_OK
 
 

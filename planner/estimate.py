@@ -32,6 +32,8 @@ class Estimate(BaseModel):
     tokens_per_s: float
     micro_batches: int
     model_tflop_per_step: float
+    stack: str
+    """The training-stack profile the estimate assumes (its name)."""
     breakdown_s: dict[str, float]
     memory_gib: dict[str, dict[str, float]]
     most_loaded_stage: str
@@ -122,6 +124,7 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
         tokens_per_s=tokens_per_s,
         micro_batches=round(_scalar(terms.micro_batches)),
         model_tflop_per_step=terms.model_flops / 1e12,
+        stack=ctx.stack.name,
         breakdown_s={name: _scalar(value) for name, value in terms.breakdown().items()},
         memory_gib=memory,
         most_loaded_stage=stages["hbm"],

@@ -40,7 +40,7 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
     ok &= (v == 1) | ((p > 1) & (m.layers % (p * v) == 0) & (n % p == 0))
     if not system.tp_across_domain and len(system.network_tiers) > 1:
         ok &= t <= (system.network_tiers[0].domain_gpus or 0)
-    ok &= canonical_mask(t, d, k, space.pins)
+    ok &= canonical_mask(t, d, k, space.pins, space.domains)
     for name, value in space.pins.items():
         ok &= k[name] == value
     return ok

@@ -18,13 +18,13 @@ PLOT_KINDS = ("mfu-vs-gpus", "breakdown", "memory", "offload-bandwidth", "offloa
 """What ``planner plot --kind`` draws (planner.plot.KINDS)."""
 
 CALIBRATED_PARAMETERS = (
-    "gemm_stack_efficiency",
+    "gemm_efficiency",
     "attention_efficiency",
-    "hbm_efficiency",
-    "scale_up_efficiency",
-    "scale_out_efficiency",
+    "memory_bound_efficiency",
+    "layer_overhead_us",
+    "tp_overlap_contention",
 )
-"""What ``planner calibrate`` can fit (planner.calibration.PARAMETERS)."""
+"""What ``planner calibrate`` can fit of a stack profile (planner.calibration.PARAMETERS)."""
 
 LAUNCH_FORMATS = ("megatron", "nemo", "torchtitan")
 """The launch configurations ``--emit`` writes and ``evaluate --from`` reads

@@ -10,7 +10,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from planner.specs import ModelSpec, Strategy, SystemSpec
+from planner.specs import ModelSpec, StackProfile, Strategy, SystemSpec
 
 if TYPE_CHECKING:
     from planner.estimate import Estimate
@@ -21,6 +21,7 @@ BREAKDOWN_LABELS = {
     "backward": "backward compute",
     "recompute": "recompute",
     "tp_comm": "TP communication (exposed)",
+    "cp_comm": "CP K/V exchange (exposed)",
     "pp_comm": "PP communication",
     "offload": "offload (exposed)",
     "bubble": "pipeline bubble",
@@ -83,6 +84,26 @@ def models_table(models: list[ModelSpec]) -> Table:
             m.ffn_kind,
             str(m.vocab),
             str(m.seq_len),
+        )
+    return table
+
+
+def stacks_table(stacks: list[StackProfile]) -> Table:
+    """The training-stack profiles: efficiencies relative to the raw kernels, overlaps."""
+    table = Table(title="Training stacks", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    for column in ("GEMM", "attention", "mem-bound", "layer µs", "overlaps", "grads"):
+        table.add_column(column, justify="left" if column in ("attention", "overlaps") else "right")
+    for s in stacks:
+        overlaps = [k for k in ("dp", "tp", "pp") if getattr(s, f"{k}_overlap")]
+        table.add_row(
+            s.name,
+            f"{s.gemm_efficiency:.3g}",
+            f"{s.attention_kernel} × {s.attention_efficiency:.3g}",
+            f"{s.memory_bound_efficiency:.3g}",
+            f"{s.layer_overhead_us:.3g}",
+            ", ".join(overlaps) or "-",
+            s.grad_dtype,
         )
     return table
 
@@ -208,7 +229,7 @@ def summary_table(estimate: Estimate, gpus: int) -> Table:
 def print_estimate(
     console: Console, estimate: Estimate, strategy: Strategy, system: SystemSpec
 ) -> None:
-    console.print(f"[bold]strategy:[/] {strategy.describe()}")
+    console.print(f"[bold]strategy:[/] {strategy.describe()}  [bold]stack:[/] {estimate.stack}")
     console.print(strategy_table(strategy))
     console.print(breakdown_table(estimate))
     console.print(memory_table(estimate, system))
@@ -304,15 +325,37 @@ def print_validation(console: Console, result) -> None:
     console.print(summary)
 
 
+def print_cross_validation(console: Console, result) -> None:
+    """Leave-one-source-out error per source, what each fold was fitted on, and overall."""
+    table = Table(title="Cross-validated step-time error (leave one source out)")
+    for column in ("left out", "runs", "mean", "worst", "calibrated on"):
+        table.add_column(column, justify="right" if column in ("runs", "mean", "worst") else "left")
+    for fold in result.folds:
+        s = fold.summary
+        fitted = "; ".join(f"{k}: {v}" for k, v in fold.calibrated_on.items())
+        table.add_row(
+            fold.source, str(s.runs), f"{s.mean_abs_error:.1%}", f"{s.worst_abs_error:.1%}", fitted
+        )
+    o, i = result.overall, result.in_sample
+    table.add_row(
+        "[bold]all", str(o.runs), f"{o.mean_abs_error:.1%}", f"{o.worst_abs_error:.1%}", ""
+    )
+    console.print(table)
+    console.print(
+        f"in-sample (catalog profiles, fitted on every run): mean {i.mean_abs_error:.1%}, "
+        f"worst {i.worst_abs_error:.1%}"
+    )
+
+
 def print_calibration(
-    console: Console, system: str, before, after, runs, written: str | None
+    console: Console, stack: str, before: dict, after: dict, runs, written: str | None
 ) -> None:
-    table = Table(title=f"Calibrated efficiency parameters of {system}", title_justify="left")
+    table = Table(title=f"Calibrated parameters of stack {stack}", title_justify="left")
     table.add_column("parameter")
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
-    for name, value in after.model_dump().items():
-        table.add_row(name, f"{getattr(before, name):.4g}", f"{value:.4g}")
+    for name, value in after.items():
+        table.add_row(name, f"{before[name]:.4g}", f"{value:.4g}")
     console.print(table)
     errors = Table(title="Step-time error after calibration", title_justify="left")
     errors.add_column("run")
@@ -324,7 +367,7 @@ def print_calibration(
     worst = max(abs(r.error) for r in runs)
     console.print(f"{len(runs)} runs: mean absolute error {mean:.1%}, worst {worst:.1%}")
     if written:
-        console.print(f"calibrated system spec written to {written}")
+        console.print(f"calibrated stack profile written to {written}")
 
 
 def print_diagnosis(console: Console, result) -> None:

@@ -8,7 +8,7 @@ same rules as constraints (constraints/), and the tests check the two agree.
 from __future__ import annotations
 
 from planner.errors import InputError
-from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import JobSpec, ModelSpec, StackProfile, Strategy, SystemSpec
 
 
 def divisors(value: int) -> list[int]:
@@ -90,9 +90,18 @@ def _interleave_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[
     return problems
 
 
-def strategy_warnings(system: SystemSpec, strategy: Strategy) -> list[str]:
-    """Legal but unusual choices worth a word."""
+def strategy_warnings(
+    system: SystemSpec, strategy: Strategy, stack: StackProfile | None = None
+) -> list[str]:
+    """Legal but unusual choices worth a word, and overlaps the stack does not have."""
     warnings = []
+    if stack is not None:
+        for knob in ("dp_overlap", "tp_overlap"):
+            if getattr(strategy, knob) and not getattr(stack, knob):
+                warnings.append(
+                    f"{knob}: stack {stack.name!r} cannot overlap this communication; "
+                    "it is estimated as exposed"
+                )
     domain = system.network_tiers[0].domain_gpus
     if domain is not None and len(system.network_tiers) > 1 and strategy.tp > domain:
         warnings.append(
@@ -103,12 +112,6 @@ def strategy_warnings(system: SystemSpec, strategy: Strategy) -> list[str]:
         warnings.append("sequence_parallel has no effect with tp = 1")
     if strategy.zero_stage and strategy.dp == 1:
         warnings.append(f"ZeRO-{strategy.zero_stage} has no effect with dp = 1")
-    if strategy.tp_overlap and strategy.tp > 1:
-        warnings.append(
-            "tp_overlap is modelled as hiding TP communication completely under the GEMMs "
-            "(no run in the calibration set used it): the estimate is optimistic by up to the "
-            "TP share; `--pin tp_overlap=false` plans without it"
-        )
     return warnings
 
 

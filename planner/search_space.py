@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError
 from planner.rules import divisors
@@ -124,8 +125,10 @@ def build_search_space(
     and its model is smaller); without, every divisor stays and the rules are left to the
     constraint families, so that a conflict can be named. A pinned value outside its domain is
     kept (the solver then reports the conflict) unless it cannot be represented at all. With a
-    flash-attention kernel, selective recompute is the same plan as none and is left out."""
+    flash-attention kernel, selective recompute is the same plan as none and is left out. An
+overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off."""
     pins = dict(pins or {})
+    stack = hardware_catalog.load_stack(job.stack)
     tiers = tuple(range(len(system.memory_tiers)))
     if gpus is None:
         limit = max_gpus or system.max_gpus
@@ -164,8 +167,8 @@ def build_search_space(
         "offload_weights": tiers,
         "offload_activations": tiers,
         "offload_optimizer": tiers,
-        "dp_overlap": (0, 1),
-        "tp_overlap": (0, 1),
+        "dp_overlap": (0, 1) if stack.dp_overlap else (0,),
+        "tp_overlap": (0, 1) if stack.tp_overlap else (0,),
     }
     for name, value in pins.items():
         if name.startswith("offload") and value not in tiers:
@@ -212,6 +215,9 @@ def stated_caps(
     """The limits of the searched space that leave out strategies the rules would allow, each
     with the flag or field that moves it: "proven optimal" is proven over this space only."""
     caps = []
+    seq_len = job.seq_len_for(model)
+    if any(c > 1 and seq_len % (2 * c) == 0 for c in divisors(gpus)):
+        caps.append("cp = 1 (context parallelism is evaluated, `evaluate --cp`, not yet searched)")
     cut = [b for b in divisors(job.global_batch) if b > max_micro_batch]
     if cut:
         caps.append(f"micro-batch ≤ {max_micro_batch} (--max-micro-batch; leaves out {cut[0]}, …)")
@@ -234,11 +240,15 @@ def stated_caps(
 
 
 def canonical_mask(
-    tp: np.ndarray, dp: np.ndarray, k: dict[str, np.ndarray], pins: dict[str, int]
+    tp: np.ndarray,
+    dp: np.ndarray,
+    k: dict[str, np.ndarray],
+    pins: dict[str, int],
+    domains: dict[str, tuple[int, ...]],
 ) -> np.ndarray:
     """True where no knob that has no effect departs from its canonical value (unpinned ones
     only): sequence_parallel and tp_overlap are off when tp = 1; zero_stage is 0 and dp_overlap
-    on when dp = 1."""
+    its largest value (on, where the stack can overlap) when dp = 1."""
     keep = np.ones(np.broadcast(tp, dp).shape, dtype=bool)
     if "sequence_parallel" not in pins:
         keep &= (tp > 1) | (k["sequence_parallel"] == 0)
@@ -247,7 +257,7 @@ def canonical_mask(
     if "zero_stage" not in pins:
         keep &= (dp > 1) | (k["zero_stage"] == 0)
     if "dp_overlap" not in pins:
-        keep &= (dp > 1) | (k["dp_overlap"] == 1)
+        keep &= (dp > 1) | (k["dp_overlap"] == max(domains["dp_overlap"]))
     return keep
 
 

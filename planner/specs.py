@@ -121,18 +121,39 @@ class MatmulEfficiencyPoint(Spec):
     efficiency: float = Field(gt=0, le=1)
 
 
+class AttentionKernelPoint(Spec):
+    """A measured attention kernel at one sequence length: the fraction of the bf16 peak its
+    forward and backward passes reach on causal attention, FLOPs counted as FlashAttention's
+    benchmarks count them (forward 4·s²·d per head, halved for the causal mask; backward 2.5 ×
+    the forward). Between points the curve is linear in log2(sequence length)."""
+
+    seq_len: int = Field(gt=0, le=lim.MAX_SEQ_LEN)
+    forward: float = Field(gt=0, le=1)
+    backward: float = Field(gt=0, le=1)
+
+
 class AcceleratorSpec(Spec):
-    """One accelerator (one GPU, or one GCD of a multi-die package)."""
+    """One accelerator (one GPU, or one GCD of a multi-die package): what the hardware does with
+    raw kernels. What a training stack reaches of it lives in its StackProfile."""
 
     name: str
     peak_tflops: dict[Precision, float]
     matmul_efficiency: tuple[MatmulEfficiencyPoint, ...] = Field(min_length=1)
-    gemm_stack_efficiency: float = Field(default=1.0, gt=0, le=1)
-    """Fraction of the matmul curve a training stack's GEMMs achieve in a real step (launch
-    gaps, kernel overheads, clocks under load); calibrated against measured runs."""
-    attention_efficiency: float = Field(default=1.0, gt=0, le=1)
-    """The attention core (scores, softmax, attention · V; a flash kernel or batched GEMMs)
-    runs at this fraction of the matmul curve's efficiency for its size."""
+    attention_kernels: dict[str, tuple[AttentionKernelPoint, ...]] = Field(default_factory=dict)
+    """Fused (flash) attention kernels measured on this accelerator, by name (``flash2``,
+    ``flash3``, ``cudnn``, ``triton``): the stack's ``attention_kernel`` picks one. A stack
+    whose kernel is not listed runs its attention core on the matmul curve."""
+
+    @field_validator("attention_kernels")
+    @classmethod
+    def _sorted_kernels(cls, value: dict[str, tuple[AttentionKernelPoint, ...]]):
+        for name, points in value.items():
+            lengths = [point.seq_len for point in points]
+            if not lengths or lengths != sorted(set(lengths)):
+                raise ValueError(
+                    f"attention_kernels.{name}: give points with strictly increasing seq_len"
+                )
+        return value
 
     @field_validator("peak_tflops")
     @classmethod
@@ -220,25 +241,81 @@ class SystemSpec(Spec):
         return self.network_tiers[0].domain_gpus or (self.max_gpus or 1 << 30)
 
 
+class StackProfile(Spec):
+    """What a training framework achieves on the hardware (DESIGN.md §9): its efficiencies
+    relative to the raw kernel benchmarks of the accelerator, which overlaps it really has and
+    what they cost, its memory conventions and its fixed overheads. A profile is catalog data
+    (``hardware_catalog/stacks/*.yaml``, each number with its source) chosen per job
+    (``JobSpec.stack``); the calibrated numbers say which runs they were fitted on.
+
+    The step-time terms read it as follows (planner/cost/): weight GEMMs take the raw matmul
+    curve's time / ``gemm_efficiency``; the attention core takes the ``attention_kernel``'s
+    measured time (or, materialised, the matmul curve's) / ``attention_efficiency``;
+    memory-bound kernels run at the HBM's achievable bandwidth × ``memory_bound_efficiency``;
+    each block adds ``layer_overhead_us`` per micro-batch (kernel launches and framework work
+    that do not shrink with the block); each step adds ``step_overhead_s``.
+    """
+
+    name: str
+    description: str = ""
+    gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
+    attention_kernel: str = "flash2"
+    attention_efficiency: float = Field(default=1.0, gt=0, le=1)
+    memory_bound_efficiency: float = Field(default=1.0, gt=0, le=1)
+    layer_overhead_us: float = Field(default=0.0, ge=0, le=1e5)
+    step_overhead_s: float = Field(default=0.0, ge=0, le=3600)
+    dp_overlap: bool = True
+    """Gradient reduce-scatter / all-reduce and the parameter all-gather can run under the
+    backward and forward passes (bucketed, asynchronous)."""
+    tp_overlap: bool = False
+    """TP collectives can be split and overlapped with the GEMMs that produce or consume them
+    (e.g. Transformer Engine userbuffers)."""
+    tp_overlap_contention: float = Field(default=0.0, ge=0, le=1)
+    """With TP overlap, this share of the hidden communication time still shows up, as the
+    communication kernels take SMs and memory bandwidth from the GEMMs they hide under."""
+    pp_overlap: bool = False
+    """Pipeline point-to-point sends and receives run asynchronously under compute (with the
+    interleaved schedule)."""
+    grad_dtype: GradDtype = "fp32"
+    """Precision of the gradient buffers gradients accumulate and are reduced in."""
+    optimizer_bytes_per_param: int = Field(default=12, ge=0, le=64)
+    """Optimizer state per parameter: fp32 master weights and two Adam moments (12 bytes)."""
+    hbm_reserve_gib: float = Field(default=2.0, ge=0, le=lim.MAX_CAPACITY_GIB)
+    """HBM that the CUDA context, communication buffers and allocator fragmentation take."""
+    offload_resident_blocks: int = Field(default=3, ge=1, le=lim.MAX_LAYERS)
+    """Blocks of an offloaded tensor kind kept in HBM: the one in use, the prefetched next and
+    the previous one being written back."""
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+DEFAULT_STACK = "megatron-core"
+"""The stack a job runs on unless it names one: NVIDIA Megatron-Core (also under NeMo), the
+most common framework of large published runs since 2023."""
+
+
 class JobSpec(Spec):
     """A training job.
 
-    ``global_batch`` is in sequences. ``attention`` says whether the attention scores are
-    materialised (the 2021–22 Megatron runs) or computed by a fused flash kernel (modern stacks).
-    ``grad_dtype`` is the precision gradients are accumulated and reduced in (Megatron: fp32).
-    ``hbm_reserve_gib`` is HBM kept for the CUDA context, communication buffers and allocator
-    fragmentation; ``hbm_usable_fraction`` caps the estimate's share of HBM (Fujii et al. 2024:
-    plans estimated under ~80 % of HBM did not run out of memory in 454 measured runs).
+    ``global_batch`` is in sequences. ``stack`` names the training framework's profile (a
+    catalog name or a spec file; see StackProfile). ``attention`` says whether the attention
+    scores are materialised (the 2021–22 Megatron runs) or computed by a fused flash kernel
+    (modern stacks). ``grad_dtype`` is the precision gradients are accumulated and reduced in,
+    and ``hbm_reserve_gib`` the HBM kept for the CUDA context, communication buffers and
+    allocator fragmentation; unset, both are the stack's. ``hbm_usable_fraction`` caps the
+    estimate's share of HBM (Fujii et al. 2024: plans estimated under ~80 % of HBM did not run
+    out of memory in 454 measured runs).
     """
 
     global_batch: int = Field(gt=0, le=lim.MAX_GLOBAL_BATCH)
     seq_len: int | None = Field(default=None, gt=0, le=lim.MAX_SEQ_LEN)
     precision: Precision = "bf16"
+    stack: str = Field(default=DEFAULT_STACK, min_length=1, max_length=4096)
     optimizer: Literal["adam"] = "adam"
-    grad_dtype: GradDtype = "fp32"
+    grad_dtype: GradDtype | None = None
     attention: AttentionKernel = "flash"
     train_tokens: float | None = Field(default=None, gt=0, le=lim.MAX_TRAIN_TOKENS)
-    hbm_reserve_gib: float = Field(default=2.0, ge=0, le=lim.MAX_CAPACITY_GIB)
+    hbm_reserve_gib: float | None = Field(default=None, ge=0, le=lim.MAX_CAPACITY_GIB)
     hbm_usable_fraction: float = Field(default=0.95, gt=0, le=1)
 
     def seq_len_for(self, model: ModelSpec) -> int:

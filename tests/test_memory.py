@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.cost.context import OPTIMIZER_BYTES_PER_PARAM, CostContext
+from planner.cost.context import CostContext
 from planner.cost.memory import block_activation_bytes, stage_memory, stage_params
 from planner.cost.step import Knobs
 from planner.specs import JobSpec
@@ -61,7 +61,7 @@ def test_zero_stages_shard_the_right_state_by_dp() -> None:
     params = float(stage_params(ctx, 2, 2, last=False).total)
     w0, g0, o0 = _state(ctx, 0, dp)
     assert (w0, g0, o0) == pytest.approx(
-        (2 * params, 4 * params, OPTIMIZER_BYTES_PER_PARAM * params)
+        (2 * params, 4 * params, ctx.optimizer_bytes_per_param * params)
     )
     w1, g1, o1 = _state(ctx, 1, dp)
     assert (w1, g1, o1) == pytest.approx((w0, g0, o0 / dp))

@@ -65,8 +65,8 @@ def test_ranks_by_structure_differ_in_structure() -> None:
             "--max-micro-batch",
             {"max_micro_batch": 4096},
         ),
-        # one at interleave 20 is 0.2 % faster
-        (("chinchilla-70b", "frontier", 48, 72, 1024), "--max-interleave", {"max_interleave": 80}),
+        # one at interleave 20 is 0.8 % faster
+        (("chinchilla-70b", "frontier", 24, 48, 1024), "--max-interleave", {"max_interleave": 80}),
     ],
 )
 def test_a_cap_that_cuts_the_optimum_is_stated(args, flag, raised) -> None:

@@ -1,19 +1,26 @@
-"""Compute time of one transformer block on one TP rank, per micro-batch.
+"""Compute time of one transformer block on one TP × CP rank, per micro-batch.
 
-time = Σ GEMM FLOPs / (peak · efficiency(GEMM FLOPs) · stack) + memory-bound bytes / HBM
-bandwidth, where efficiency() is the accelerator's matmul curve (raw GEMM benchmarks) and stack
-its ``gemm_stack_efficiency`` (what a training stack achieves of it, calibrated); the attention
-core runs at ``attention_efficiency`` times the curve instead.
+A rank computes b/cp of the micro-batch's tokens (context parallelism splits each sequence over
+cp ranks; Megatron-Core CP) and 1/t of each weight matrix. Per block:
 
-Memory-bound traffic per block forward (bytes, e = 2): two layer norms 4·e·s·b·h; two
-bias-dropout-residual adds 2·(3·e + 1)·s·b·h (the 1 is the dropout mask, if the model uses
-dropout); the activation function 2·e·s·b·f (GeLU) or 3·e·s·b·f (SwiGLU); with materialised
-attention the softmax (2·e) and its dropout (2·e + 1) over a·s²·b elements. Layer norms and the
-residual adds run on the full sequence on every TP rank unless sequence parallelism splits them;
-the rest splits over t. Backward costs twice the forward.
-
-Flash attention fuses the softmax into one kernel (no memory-bound softmax traffic) and its
-backward recomputes the scores: 3 × the forward attention-core FLOPs instead of 2 ×.
+- weight GEMMs: Σ FLOPs / (peak · efficiency(GEMM FLOPs)) / ``gemm_efficiency``, where
+  efficiency() is the accelerator's raw matmul curve and ``gemm_efficiency`` the stack's share
+  of it in a real step;
+- the attention core (scores and attention · V). With a fused flash kernel, causal attention
+  skips the masked half: forward FLOPs are half of 4·b·s²·q, the backward 2.5 × the forward
+  (it recomputes the scores; Dao 2023, §3.1), each at the stack's ``attention_kernel`` measured
+  on the accelerator for a chunk of s/cp tokens (the ring step of CP), / the stack's
+  ``attention_efficiency``. Materialised attention (the 2021–22 Megatron runs) computes the whole
+  s×s scores as batched GEMMs on the matmul curve, backward 2 × forward;
+- memory-bound kernels at the achievable HBM bandwidth × the stack's
+  ``memory_bound_efficiency``. Bytes per block forward (e = 2): two layer norms 4·e·s·b·h; two
+  bias-dropout-residual adds 2·(3·e + 1)·s·b·h (the 1 is the dropout mask, if the model uses
+  dropout); the activation function 2·e·s·b·f (GeLU) or 3·e·s·b·f (SwiGLU); with materialised
+  attention the softmax (2·e) and its dropout (2·e + 1) over a·s²·b elements. Layer norms and
+  residual adds run on the full sequence on every TP rank unless sequence parallelism splits
+  them; the rest splits over t. Backward costs twice the forward;
+- the stack's fixed ``layer_overhead_us`` per block (a third in the forward, two thirds in the
+  backward): kernel launches and framework work that do not shrink with the block.
 """
 
 from __future__ import annotations
@@ -23,29 +30,38 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.context import ACTIVATION_BYTES, CostContext
-from planner.cost.efficiency import matmul_time_s
+from planner.cost.efficiency import attention_kernel_efficiency, matmul_time_s
 from planner.cost.flops import ArrayLike, block_gemms, logits_forward_flops
+
+FLASH_BACKWARD_FLOPS = 2.5
+"""Backward / forward FLOPs of a flash-attention kernel: five matrix products (the scores
+recomputed, dV, dP, dQ, dK) against two (Dao 2023, FlashAttention-2, §4.1)."""
+CAUSAL_FLOPS = 0.5
+"""A causal flash kernel skips the masked (upper) half of the score tiles."""
 
 
 @dataclass(frozen=True)
 class BlockTimes:
-    """Seconds per block per micro-batch on one rank. Depends on (tp, micro_batch, recompute,
-    sequence_parallel)."""
+    """Seconds per block per micro-batch on one rank. Depends on (tp, cp, micro_batch,
+    recompute, sequence_parallel)."""
 
     forward_s: np.ndarray
     backward_s: np.ndarray
     recompute_s: np.ndarray
     forward_gemm_s: np.ndarray
     """The weight-GEMM part of the forward: the window TP overlap can hide communication in."""
+    attention_forward_s: np.ndarray
+    """The attention core's forward: the window CP's K/V exchange hides under."""
+    attention_backward_s: np.ndarray
 
 
 def _memory_bound_forward_bytes(
-    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, sp: ArrayLike
+    ctx: CostContext, tp: ArrayLike, local_mb: ArrayLike, sp: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
     """(bytes outside the attention core, bytes of the materialised softmax) per rank."""
     m, s, e = ctx.model, ctx.seq_len, ACTIVATION_BYTES
     t = np.asarray(tp, dtype=float)
-    sbh = np.asarray(mb, dtype=float) * s * m.hidden
+    sbh = np.asarray(local_mb, dtype=float) * s * m.hidden
     mask = 1 if m.dropout else 0
     norms_and_residuals = (4 * e + 2 * (3 * e + mask)) * sbh
     norms_and_residuals = np.where(
@@ -59,36 +75,71 @@ def _memory_bound_forward_bytes(
     return norms_and_residuals + activation, softmax
 
 
+def attention_core_s(
+    ctx: CostContext, core_flops: np.ndarray, cp: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of the attention core whose whole (unmasked) forward is
+    ``core_flops`` per rank (see the module docstring)."""
+    accel, stack = ctx.system.accelerator, ctx.stack
+    if not ctx.flash:
+        forward = matmul_time_s(accel, ctx.peak_flops, core_flops) / stack.attention_efficiency
+        return forward, 2 * forward
+    causal = CAUSAL_FLOPS * np.asarray(core_flops, dtype=float)
+    points = accel.attention_kernels.get(stack.attention_kernel)
+    if points is None:  # no measurement of this kernel here: the matmul curve instead
+        forward = matmul_time_s(accel, ctx.bf16_peak_flops, causal) / stack.attention_efficiency
+        return forward, FLASH_BACKWARD_FLOPS * forward
+    chunk = ctx.seq_len / np.asarray(cp, dtype=float)
+    efficiency = np.vectorize(lambda length: attention_kernel_efficiency(points, length))
+    forward_eff, backward_eff = efficiency(chunk)
+    rate = ctx.bf16_peak_flops * stack.attention_efficiency
+    return causal / (rate * forward_eff), FLASH_BACKWARD_FLOPS * causal / (rate * backward_eff)
+
+
 def block_times(
-    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, recompute: ArrayLike, sp: ArrayLike
+    ctx: CostContext,
+    tp: ArrayLike,
+    mb: ArrayLike,
+    recompute: ArrayLike,
+    sp: ArrayLike,
+    cp: ArrayLike = 1,
 ) -> BlockTimes:
     """Forward, backward and recompute time of one block per micro-batch on one rank."""
-    accel, peak, hbm = ctx.system.accelerator, ctx.peak_flops, ctx.hbm_bytes_per_s
-    gemms = block_gemms(ctx, tp, mb)
+    accel, peak, stack = ctx.system.accelerator, ctx.peak_flops, ctx.stack
+    local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
+    gemms = block_gemms(ctx, tp, local_mb)
     gemm_s = (
         sum(matmul_time_s(accel, peak, flops) for flops in gemms.projections)
-        / accel.gemm_stack_efficiency
+        / stack.gemm_efficiency
     )
-    core_s = matmul_time_s(accel, peak, gemms.attention_core) / accel.attention_efficiency
-    other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, mb, sp)
-    other_s, softmax_s = other_bytes / hbm, softmax_bytes / hbm
-    forward = gemm_s + core_s + other_s + softmax_s
-    backward = 2 * gemm_s + (3 if ctx.flash else 2) * core_s + 2 * (other_s + softmax_s)
+    core_forward, core_backward = attention_core_s(ctx, gemms.attention_core, cp)
+    other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, local_mb, sp)
+    rate = ctx.memory_bound_bytes_per_s
+    other_s, softmax_s = other_bytes / rate, softmax_bytes / rate
+    overhead_s = stack.layer_overhead_us * 1e-6
+    forward = gemm_s + core_forward + other_s + softmax_s + overhead_s / 3
+    backward = 2 * gemm_s + core_backward + 2 * (other_s + softmax_s) + 2 * overhead_s / 3
     code = np.asarray(recompute)
-    selective = 0.0 if ctx.flash else core_s + softmax_s
+    selective = 0.0 if ctx.flash else core_forward + softmax_s
     recompute_s = np.where(code == 2, forward, np.where(code == 1, selective, 0.0))
     return BlockTimes(
-        forward_s=forward, backward_s=backward, recompute_s=recompute_s, forward_gemm_s=gemm_s
+        forward_s=forward,
+        backward_s=backward,
+        recompute_s=recompute_s,
+        forward_gemm_s=gemm_s,
+        attention_forward_s=np.broadcast_to(core_forward, np.shape(forward)),
+        attention_backward_s=np.broadcast_to(core_backward, np.shape(forward)),
     )
 
 
-def lm_head_time_s(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> np.ndarray:
-    """Forward + backward of the LM head and the loss on the last stage, per micro-batch.
-    Depends on (tp, micro_batch). Logits GEMM (vocab-parallel over t), then the fused cross
-    entropy that writes fp32 logits, reads them and writes their gradient (3 × 4 bytes each)."""
+def lm_head_time_s(ctx: CostContext, tp: ArrayLike, mb: ArrayLike, cp: ArrayLike = 1):
+    """Forward + backward of the LM head and the loss on the last stage, per micro-batch, on
+    one rank's b/cp sequences. Depends on (tp, cp, micro_batch). Logits GEMM (vocab-parallel
+    over t), then the fused cross entropy that writes fp32 logits, reads them and writes their
+    gradient (3 × 4 bytes each)."""
     t = np.asarray(tp, dtype=float)
-    flops = logits_forward_flops(ctx, mb) / t
-    accel = ctx.system.accelerator
-    gemm = matmul_time_s(accel, ctx.peak_flops, flops) / accel.gemm_stack_efficiency
-    loss_bytes = 12 * np.asarray(mb, dtype=float) * ctx.seq_len * ctx.model.vocab / t
-    return 3 * gemm + loss_bytes / ctx.hbm_bytes_per_s
+    local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
+    flops = logits_forward_flops(ctx, local_mb) / t
+    gemm = matmul_time_s(ctx.system.accelerator, ctx.peak_flops, flops) / ctx.stack.gemm_efficiency
+    loss_bytes = 12 * local_mb * ctx.seq_len * ctx.model.vocab / t
+    return 3 * gemm + loss_bytes / ctx.memory_bound_bytes_per_s

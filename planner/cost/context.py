@@ -1,29 +1,38 @@
-"""Constants of one (model, system, job) problem that every cost term reads."""
+"""Constants of one (model, system, job, stack) problem that every cost term reads."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.errors import InputError
-from planner.specs import JobSpec, ModelSpec, SystemSpec
+from planner.specs import JobSpec, ModelSpec, StackProfile, SystemSpec
 
 BYTES_PER_GIB = float(1 << 30)
 ACTIVATION_BYTES = 2
 """Activations and weights are kept in 16-bit (bf16) also under fp8 training, whose fp8 copies
 are transient (NVIDIA Transformer Engine keeps bf16 master activations between layers)."""
-OPTIMIZER_BYTES_PER_PARAM = 12
-"""Mixed-precision Adam: fp32 master weights + two fp32 moments (Rajbhandari et al. 2020)."""
+
+
+def _job_stack(job: JobSpec) -> StackProfile:
+    import hardware_catalog
+
+    return hardware_catalog.load_stack(job.stack)
 
 
 @dataclass(frozen=True)
 class CostContext:
-    """The problem's fixed quantities, in SI units (bytes, FLOP/s, seconds)."""
+    """The problem's fixed quantities, in SI units (bytes, FLOP/s, seconds). ``stack`` is the
+    training stack's profile: the one the job names unless given (calibration passes trial
+    profiles)."""
 
     model: ModelSpec
     system: SystemSpec
     job: JobSpec
+    stack: StackProfile = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        if self.stack is None:
+            object.__setattr__(self, "stack", _job_stack(self.job))
         if self.job.precision not in self.system.accelerator.peak_tflops:
             allowed = ", ".join(sorted(self.system.accelerator.peak_tflops))
             raise InputError(
@@ -47,14 +56,36 @@ class CostContext:
 
     @property
     def hbm_bytes_per_s(self) -> float:
-        """Achievable HBM bandwidth, bytes/s."""
+        """Achievable HBM bandwidth (the tier's measured efficiency), bytes/s: what the
+        optimizer step and offload traffic stream at."""
         hbm = self.system.hbm
         return hbm.bandwidth_gbps * 1e9 * hbm.efficiency
 
     @property
+    def memory_bound_bytes_per_s(self) -> float:
+        """What the stack's memory-bound kernels (norms, activations, residual adds, softmax)
+        reach: the achievable HBM bandwidth × the stack's memory-bound efficiency."""
+        return self.hbm_bytes_per_s * self.stack.memory_bound_efficiency
+
+    @property
+    def grad_dtype(self) -> str:
+        """The job's gradient precision, else the stack's."""
+        return self.job.grad_dtype or self.stack.grad_dtype
+
+    @property
     def grad_bytes(self) -> int:
         """Bytes per gradient element (accumulation and reduction precision)."""
-        return 4 if self.job.grad_dtype == "fp32" else 2
+        return 4 if self.grad_dtype == "fp32" else 2
+
+    @property
+    def optimizer_bytes_per_param(self) -> int:
+        return self.stack.optimizer_bytes_per_param
+
+    @property
+    def hbm_reserve_bytes(self) -> float:
+        """HBM kept out of the plan: the job's reserve, else the stack's."""
+        reserve = self.job.hbm_reserve_gib
+        return (self.stack.hbm_reserve_gib if reserve is None else reserve) * BYTES_PER_GIB
 
     @property
     def flash(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.specs import AcceleratorSpec
+from planner.specs import AcceleratorSpec, AttentionKernelPoint
 
 
 def matmul_efficiency(accelerator: AcceleratorSpec, flops: np.ndarray | float) -> np.ndarray:
@@ -26,3 +26,15 @@ def matmul_time_s(
     """Time of one GEMM: FLOPs / (peak · efficiency(FLOPs))."""
     flops = np.asarray(flops, dtype=float)
     return flops / (peak_flops * matmul_efficiency(accelerator, flops))
+
+
+def attention_kernel_efficiency(
+    points: tuple[AttentionKernelPoint, ...], seq_len: float
+) -> tuple[float, float]:
+    """(forward, backward) fraction of peak of a measured attention kernel at ``seq_len``:
+    linear in log2(sequence length) between the measured points, flat beyond them."""
+    lengths = np.log2([point.seq_len for point in points])
+    where = np.log2(max(float(seq_len), 1.0))
+    forward = np.interp(where, lengths, [point.forward for point in points])
+    backward = np.interp(where, lengths, [point.backward for point in points])
+    return float(forward), float(backward)

@@ -14,7 +14,14 @@ generalised from Korthikanti et al. §4 to grouped-query attention (k KV heads) 
 
 For GPT shapes (k = a, f = 4h, GeLU, dropout) this is s·b·h·(34 + 5·a·s/h) with no parallelism,
 s·b·h·(10 + 24/t + 5·a·s/(h·t)) with TP, and s·b·h·(34 + 5·a·s/h)/t with TP + SP (their eq. 1–4).
-Full recompute keeps only each block's input, 2·sbh (÷t with SP).
+Full recompute keeps only each block's input, 2·sbh (÷t with SP). Context parallelism stores
+b/cp of each micro-batch's tokens per rank (and 1/cp of the scores when materialised): every
+term above with b/cp in place of b.
+
+Model state follows the stack's conventions: its gradient dtype, optimizer bytes per parameter
+and HBM reserve, and with offloading the blocks it keeps resident (``offload_resident_blocks``).
+Weights are replicated over the cp ranks, so ZeRO and the distributed optimizer shard over the
+dp·cp ranks that hold the same weights (Megatron-Core's data-parallel-with-CP group).
 """
 
 from __future__ import annotations
@@ -23,12 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.context import ACTIVATION_BYTES, OPTIMIZER_BYTES_PER_PARAM, CostContext
+from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
 
-OFFLOAD_WORKING_BLOCKS = 3
-"""Blocks resident in HBM when a tensor kind is offloaded: the one being computed, the next one
-being prefetched and the previous one being written back (Calculon's tensor offloading)."""
 ZERO3_GATHERED_BLOCKS = 2
 """Blocks whose ZeRO-3 shards are gathered at once: the current one and the prefetched next."""
 
@@ -171,10 +175,12 @@ def model_state(
 ) -> ModelState:
     """Model state of the first (``last=False``) or last stage.
 
-    Per rank: weights e·P, gradients g·P, optimizer 12·P; ZeRO-1 divides the optimizer by d,
-    ZeRO-2 also the gradients, ZeRO-3 also the weights (plus the gathered blocks). Offloading
-    the weights (with their gradients) keeps three blocks in HBM and the rest in the offload
-    tier; the embedding and LM head stay in HBM. Offloading the optimizer moves all of it."""
+    Per rank: weights e·P, gradients g·P, optimizer o·P (the stack's bytes per parameter, 12
+    for fp32 master weights and two moments); ZeRO-1 divides the optimizer by d, ZeRO-2 also
+    the gradients, ZeRO-3 also the weights (plus the gathered blocks); ``dp`` is the number of
+    ranks that shard them (dp·cp under context parallelism). Offloading the weights (with their
+    gradients) keeps the stack's resident blocks in HBM and the rest in the offload tier; the
+    embedding and LM head stay in HBM. Offloading the optimizer moves all of it."""
     e, g = ACTIVATION_BYTES, ctx.grad_bytes
     d = np.asarray(dp, dtype=float)
     zero = np.asarray(zero_stage)
@@ -187,8 +193,8 @@ def model_state(
     gathered = (
         np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * params.block * (1 - weight_shard)
     )
-    working = np.minimum(OFFLOAD_WORKING_BLOCKS, blocks_per_stage) * params.block
-    optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM * params.total * optim_shard
+    working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
+    optimizer_bytes = ctx.optimizer_bytes_per_param * params.total * optim_shard
 
     off_w = np.asarray(offload_weights)
     off_o = np.asarray(offload_optimizer)
@@ -239,14 +245,16 @@ def stage_memory(
     last: bool,
 ) -> StageMemory:
     """Memory of the first or last stage for knob arrays ``k`` (keys as in step.Knobs): the
-    model state, the stored activations of the in-flight micro-batches (or, offloaded, a working
-    set of three blocks), the block rebuilt by full recompute, the logits on the last stage and
-    the job's reserve."""
+    model state, the stored activations of the in-flight micro-batches (or, offloaded, the
+    stack's resident blocks), the block rebuilt by full recompute, the logits on the last stage
+    and the HBM reserve. Each rank holds b/cp of a micro-batch's tokens."""
+    cp = np.asarray(k["cp"], dtype=float)
+    local_mb = np.asarray(k["micro_batch"], dtype=float) / cp
     state = model_state(
         ctx,
         k["tp"],
         k["pp"],
-        k["dp"],
+        np.asarray(k["dp"]) * cp,
         k["zero_stage"],
         k["offload_weights"],
         k["offload_optimizer"],
@@ -254,7 +262,7 @@ def stage_memory(
     )
     blocks_per_stage = ctx.model.layers / np.asarray(k["pp"], dtype=float)
     per_block = block_activation_bytes(
-        ctx, k["tp"], k["micro_batch"], k["recompute"], k["sequence_parallel"]
+        ctx, k["tp"], local_mb, k["recompute"], k["sequence_parallel"]
     )
     if last:
         in_flight = np.ones_like(np.asarray(micro_batches, dtype=float))
@@ -262,9 +270,9 @@ def stage_memory(
         in_flight = in_flight_micro_batches(k["pp"], k["interleave"], micro_batches)
     stored = blocks_per_stage * per_block * in_flight
     rebuilt = rebuilt_activation_bytes(
-        ctx, k["tp"], k["micro_batch"], k["recompute"], k["sequence_parallel"]
+        ctx, k["tp"], local_mb, k["recompute"], k["sequence_parallel"]
     )
-    act_working = np.minimum(OFFLOAD_WORKING_BLOCKS, blocks_per_stage) * per_block
+    act_working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * per_block
     off_a = np.asarray(k["offload_activations"])
 
     offloaded_items = tuple(
@@ -276,8 +284,8 @@ def stage_memory(
         gradients=state.gradients,
         optimizer=state.optimizer,
         activations=np.where(off_a > 0, act_working, stored) + rebuilt,
-        logits=logits_bytes(ctx, k["tp"], k["micro_batch"]) if last else np.zeros(()),
-        reserve=np.asarray(ctx.job.hbm_reserve_gib * float(1 << 30)),
+        logits=logits_bytes(ctx, k["tp"], local_mb) if last else np.zeros(()),
+        reserve=np.asarray(ctx.hbm_reserve_bytes),
         offloaded=tuple(sum(items.values()) for items in offloaded_items),
         offloaded_items=offloaded_items,
     )

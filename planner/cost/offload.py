@@ -55,15 +55,16 @@ def optimizer_step_s(
     ctx: CostContext, params_per_rank: np.ndarray, offload_optimizer: np.ndarray
 ) -> np.ndarray:
     """Optimizer step, memory-bound: per parameter of the rank's (sharded) state it reads the
-    gradient (g bytes), reads and writes the fp32 master weight and two moments (2 × 12 bytes)
-    and writes the 16-bit weight (2 bytes), at HBM bandwidth. With the optimizer state in an
-    offload tier, the 12 bytes per parameter also cross that tier's link in each direction;
-    the slower of the two paths sets the time."""
-    hbm_s = (ctx.grad_bytes + 24 + ACTIVATION_BYTES) * params_per_rank / ctx.hbm_bytes_per_s
+    gradient (g bytes), reads and writes the optimizer state (2 × o bytes: the stack's, 12 for
+    fp32 master weights and two moments) and writes the 16-bit weight (2 bytes), at HBM
+    bandwidth. With the optimizer state in an offload tier, its o bytes per parameter also cross
+    that tier's link in each direction; the slower of the two paths sets the time."""
+    state = ctx.optimizer_bytes_per_param
+    hbm_s = (ctx.grad_bytes + 2 * state + ACTIVATION_BYTES) * params_per_rank / ctx.hbm_bytes_per_s
     link_s = np.zeros_like(hbm_s)
     for tier_index, tier in enumerate(ctx.system.memory_tiers[1:], start=1):
         rate = tier.bandwidth_gbps * 1e9 * tier.efficiency
         link_s = np.where(
-            np.asarray(offload_optimizer) == tier_index, 12 * params_per_rank / rate, link_s
+            np.asarray(offload_optimizer) == tier_index, state * params_per_rank / rate, link_s
         )
     return np.maximum(hbm_s, link_s)

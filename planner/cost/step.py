@@ -4,16 +4,24 @@ With n = B/(d·b) micro-batches per pipeline, L/p blocks per stage and v virtual
 the 1F1B (interleaved) schedule takes (Narayanan et al. SC21 §2.2):
 
     pipeline = (n + (p − 1)/v) · T
-    T        = (L/p) · (fwd + bwd + recompute + TP exposed + offload exposed) + head + PP comm
+    T        = (L/p) · (fwd + bwd + recompute + TP, CP and offload exposed) + head + PP comm
 
 per step, where every term of T is per micro-batch on the slowest (last) stage: the LM head
 runs there, PP comm is 2·v point-to-point messages of b·s·h·e/t bytes (activations forward,
-gradients backward; Megatron's scatter/gather optimisation divides them by t). The bubble is the
-(p − 1)/v · T part. Then
+gradients backward; Megatron's scatter/gather optimisation divides them by t), hidden when the
+stack overlaps pipeline sends and receives with compute (interleaved schedule only). The bubble
+is the (p − 1)/v · T part. Then
 
-    step = pipeline + DP exposed + optimizer step.
+    step = pipeline + DP exposed + optimizer step + the stack's per-step overhead.
 
-DP communication per step, ring collectives over d ranks on the tier that t·d GPUs span:
+Ranks are ordered TP, CP, DP, PP (Megatron-Core's default order): a CP group spans t·cp GPUs,
+a DP group t·cp·d, the pipeline t·cp·d·p. Context parallelism (Megatron-Core's ring attention)
+passes each rank's K and V chunk around the cp ranks: (cp − 1) point-to-point steps of
+2·(b·s/cp)·k·d_h/t·e bytes per block forward, twice that backward (K, V and their gradients),
+each hidden under the attention core of the chunk in hand; the excess is exposed. Weights are
+replicated over cp, so the gradients are reduced over the d·cp ranks.
+
+DP communication per step, ring collectives over d·cp ranks on the tier that t·cp·d GPUs span:
 ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated
 weights; ZeRO-2 reduce-scatters them every micro-batch (sharded gradients cannot accumulate) and
 all-gathers the weights once; ZeRO-3 also all-gathers the weights before each forward and backward
@@ -21,7 +29,9 @@ all-gathers the weights once; ZeRO-3 also all-gathers the weights before each fo
 under the backward of the last micro-batch, the weight all-gather under the forward of the first,
 and per-micro-batch traffic under that micro-batch's compute: exposed = max(0, comm − window),
 where a window is the stage's pass including its exposed offload stalls (the DP link is busy
-while the stage waits on its offload link).
+while the stage waits on its offload link). Overlaps are what the stack can do: a strategy's
+``dp_overlap`` or ``tp_overlap`` takes effect only where its stack profile has it; TP overlap
+leaves the stack's ``tp_overlap_contention`` share of the hidden time exposed.
 """
 
 from __future__ import annotations
@@ -30,9 +40,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from planner.cost.compute import block_times, lm_head_time_s
+from planner.cost.compute import BlockTimes, block_times, lm_head_time_s
 from planner.cost.context import ACTIVATION_BYTES, CostContext
-from planner.cost.flops import ArrayLike, model_flops_per_step, recompute_flops_per_step
+from planner.cost.flops import (
+    ArrayLike,
+    kv_heads_per_rank,
+    model_flops_per_step,
+    recompute_flops_per_step,
+)
 from planner.cost.memory import (
     StageMemory,
     block_activation_bytes,
@@ -93,6 +108,7 @@ class StepTerms:
     backward_s: np.ndarray
     recompute_s: np.ndarray
     tp_comm_s: np.ndarray
+    cp_comm_s: np.ndarray
     pp_comm_s: np.ndarray
     offload_s: np.ndarray
     bubble_s: np.ndarray
@@ -114,6 +130,7 @@ class StepTerms:
             "backward": self.backward_s,
             "recompute": self.recompute_s,
             "tp_comm": self.tp_comm_s,
+            "cp_comm": self.cp_comm_s,
             "pp_comm": self.pp_comm_s,
             "offload": self.offload_s,
             "bubble": self.bubble_s,
@@ -141,6 +158,7 @@ class BlockPieces:
     backward_s: np.ndarray
     recompute_s: np.ndarray
     tp_exposed_s: np.ndarray
+    cp_exposed_s: np.ndarray
     offload_forward_s: np.ndarray
     offload_backward_s: np.ndarray
 
@@ -152,6 +170,7 @@ class BlockPieces:
             + self.backward_s
             + self.recompute_s
             + self.tp_exposed_s
+            + self.cp_exposed_s
             + self.offload_forward_s
             + self.offload_backward_s
         )
@@ -176,39 +195,73 @@ def block_pieces(
     tp_overlap: ArrayLike,
     offload_weights: ArrayLike,
     offload_activations: ArrayLike,
+    cp: ArrayLike = 1,
 ) -> BlockPieces:
-    """Per block per micro-batch costs. TP: 2 all-reduces (or all-gather + reduce-scatter with
-    SP, the same volume) of b·s·h·e bytes in the forward, 2 in the backward, 2 more in a full
-    recompute; with TP overlap they hide under the weight GEMMs of those passes."""
+    """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: 2
+    all-reduces (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
+    in the forward, 2 in the backward, 2 more in a full recompute; with TP overlap (where the
+    stack has it) they hide under the weight GEMMs of those passes. CP: the K/V ring of the
+    module docstring."""
     t = np.asarray(tp, dtype=float)
     code = np.asarray(recompute)
-    times = block_times(ctx, tp, mb, code, sp)
-    activation_bytes = ACTIVATION_BYTES * np.asarray(mb, dtype=float) * ctx.seq_len
+    local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
+    times = block_times(ctx, tp, mb, code, sp, cp)
+    activation_bytes = ACTIVATION_BYTES * local_mb * ctx.seq_len
     tp_raw = (4 + 2 * (code == 2)) * all_reduce_s(ctx, t, t, activation_bytes * ctx.model.hidden)
     tp_window = times.forward_gemm_s * (3 + (code == 2))
-    tp_exposed = np.where(tp_overlap, np.maximum(0.0, tp_raw - tp_window), tp_raw)
+    hidden = np.minimum(tp_raw, tp_window)
+    overlapped = tp_raw - hidden * (1 - ctx.stack.tp_overlap_contention)
+    tp_exposed = np.where(
+        np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap, overlapped, tp_raw
+    )
     offload_forward, offload_backward = offload_exposed_s(
         ctx,
         offload_weights,
         offload_activations,
         times,
         block_params_per_rank(ctx, tp),
-        block_activation_bytes(ctx, tp, mb, code, sp),
+        block_activation_bytes(ctx, tp, local_mb, code, sp),
     )
     return BlockPieces(
         forward_s=times.forward_s,
         backward_s=times.backward_s,
         recompute_s=times.recompute_s,
         tp_exposed_s=tp_exposed,
+        cp_exposed_s=cp_exposed_s(ctx, tp, cp, local_mb, code, times),
         offload_forward_s=offload_forward,
         offload_backward_s=offload_backward,
     )
 
 
-def pp_message_s(ctx: CostContext, tp: ArrayLike, mb: ArrayLike, span: ArrayLike) -> np.ndarray:
-    """One stage-to-stage message of b·s·h·e/t bytes (Megatron's scatter/gather) on the tier
-    the whole job spans. Depends on (tp, micro_batch) and the GPU count."""
-    nbytes = ACTIVATION_BYTES * np.asarray(mb, dtype=float) * ctx.seq_len * ctx.model.hidden
+def cp_exposed_s(
+    ctx: CostContext,
+    tp: ArrayLike,
+    cp: ArrayLike,
+    local_mb: np.ndarray,
+    recompute: np.ndarray,
+    times: BlockTimes,
+) -> np.ndarray:
+    """Exposed K/V ring traffic of context parallelism per block per micro-batch (0 for cp = 1):
+    per pass, max(0, ring time − attention-core time); the backward moves twice the forward's
+    bytes, and a full recompute repeats the forward's ring."""
+    m = ctx.model
+    c = np.asarray(cp, dtype=float)
+    chunk_bytes = 2 * local_mb * ctx.seq_len * kv_heads_per_rank(ctx, tp) * m.head_dim
+    step_s = point_to_point_s(ctx, np.asarray(tp) * c, ACTIVATION_BYTES * chunk_bytes)
+    ring_forward = (c - 1) * step_s
+    forward = np.maximum(0.0, ring_forward - times.attention_forward_s)
+    backward = np.maximum(0.0, 2 * ring_forward - times.attention_backward_s)
+    return np.where(c > 1, forward * (1 + (recompute == 2)) + backward, 0.0)
+
+
+def pp_message_s(
+    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, span: ArrayLike, cp: ArrayLike = 1
+) -> np.ndarray:
+    """One stage-to-stage message of b·s·h·e/(t·cp) bytes (Megatron's scatter/gather; each CP
+    rank sends its own chunk) on the tier the whole job spans. Depends on (tp, cp, micro_batch)
+    and the GPU count."""
+    local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
+    nbytes = ACTIVATION_BYTES * local_mb * ctx.seq_len * ctx.model.hidden
     return point_to_point_s(ctx, span, nbytes / np.asarray(tp, dtype=float))
 
 
@@ -225,10 +278,12 @@ def dp_comm_times_s(
     dp: ArrayLike,
     zero_stage: ArrayLike,
     recompute: ArrayLike,
+    cp: ArrayLike = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(once per step after the backward, once per step before the forward, per micro-batch)
-    DP communication times, unhidden. Depends on (tp, pp, dp, zero_stage, recompute)."""
-    d = np.asarray(dp)
+    DP communication times, unhidden, over the d·cp ranks that hold the same weights. Depends
+    on (tp, cp, pp, dp, zero_stage, recompute)."""
+    d = np.asarray(dp) * np.asarray(cp)
     span = np.asarray(tp) * d
     zero = np.asarray(zero_stage)
     params = dp_params_per_rank(ctx, tp, pp)
@@ -253,11 +308,14 @@ def optimizer_time_s(
     dp: ArrayLike,
     zero_stage: ArrayLike,
     offload_optimizer: ArrayLike,
+    cp: ArrayLike = 1,
 ) -> np.ndarray:
-    """The optimizer step on the rank's (ZeRO-sharded) state. Depends on (tp, pp, dp,
-    zero_stage, offload_optimizer)."""
-    shard = np.where(np.asarray(zero_stage) >= 1, 1 / np.asarray(dp, dtype=float), 1.0)
-    return optimizer_step_s(ctx, dp_params_per_rank(ctx, tp, pp) * shard, offload_optimizer)
+    """The optimizer step on the rank's (ZeRO-sharded over d·cp) state, plus the stack's fixed
+    per-step overhead. Depends on (tp, cp, pp, dp, zero_stage, offload_optimizer)."""
+    sharders = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
+    shard = np.where(np.asarray(zero_stage) >= 1, 1 / sharders, 1.0)
+    step = optimizer_step_s(ctx, dp_params_per_rank(ctx, tp, pp) * shard, offload_optimizer)
+    return step + ctx.stack.step_overhead_s
 
 
 def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
@@ -265,6 +323,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     strategies that satisfy the rules (planner.rules)."""
     k = knobs.as_dict()
     t = np.asarray(k["tp"], dtype=float)
+    c = np.asarray(k["cp"], dtype=float)
     p = np.asarray(k["pp"], dtype=float)
     d = np.asarray(k["dp"], dtype=float)
     v = np.asarray(k["interleave"], dtype=float)
@@ -280,17 +339,19 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         k["tp_overlap"],
         k["offload_weights"],
         k["offload_activations"],
+        k["cp"],
     )
-    head = lm_head_time_s(ctx, k["tp"], k["micro_batch"])
+    head = lm_head_time_s(ctx, k["tp"], k["micro_batch"], k["cp"])
+    pp_exposed = (p > 1) & ~((v > 1) & ctx.stack.pp_overlap)
     pp_per_micro_batch = np.where(
-        p > 1, 2 * v * pp_message_s(ctx, k["tp"], k["micro_batch"], t * d * p), 0.0
+        pp_exposed, 2 * v * pp_message_s(ctx, k["tp"], k["micro_batch"], t * c * d * p, c), 0.0
     )
     per_micro_batch = blocks * piece.total_s + head + pp_per_micro_batch
 
     after_backward, before_forward, per_mb_comm = dp_comm_times_s(
-        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["recompute"]
+        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["recompute"], k["cp"]
     )
-    overlap = np.asarray(k["dp_overlap"], dtype=bool)
+    overlap = np.asarray(k["dp_overlap"], dtype=bool) & ctx.stack.dp_overlap
     backward_window = np.where(overlap, blocks * piece.backward_window_s, 0.0)
     forward_window = np.where(overlap, blocks * piece.forward_window_s, 0.0)
     dp_exposed = (
@@ -299,18 +360,19 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         + n * np.maximum(0.0, per_mb_comm - forward_window - backward_window)
     )
     optimizer = optimizer_time_s(
-        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["offload_optimizer"]
+        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["offload_optimizer"], k["cp"]
     )
     step = (n + (p - 1) / v) * per_micro_batch + dp_exposed + optimizer
     model_flops = model_flops_per_step(ctx)
     hardware_flops = model_flops + recompute_flops_per_step(ctx, k["recompute"])
-    capacity = step * t * p * d * ctx.peak_flops
+    capacity = step * t * c * p * d * ctx.peak_flops
     return StepTerms(
         micro_batches=n,
         forward_s=n * (blocks * piece.forward_s + head / 3),
         backward_s=n * (blocks * piece.backward_s + 2 * head / 3),
         recompute_s=n * blocks * piece.recompute_s,
         tp_comm_s=n * blocks * piece.tp_exposed_s,
+        cp_comm_s=n * blocks * piece.cp_exposed_s,
         pp_comm_s=n * pp_per_micro_batch,
         offload_s=n * blocks * (piece.offload_forward_s + piece.offload_backward_s),
         bubble_s=(p - 1) / v * per_micro_batch,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from hardware_catalog import MAX_SPEC_FILE_BYTES
+from hardware_catalog import MAX_SPEC_FILE_BYTES, load_stack
 from planner.errors import InputError
 from planner.launch import megatron, nemo, torchtitan
 from planner.launch.common import LaunchConfig, Parsed, settle
@@ -36,7 +36,10 @@ def _format(name: str) -> ModuleType:
 def emit(
     fmt: str, model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy
 ) -> LaunchConfig:
-    """``strategy`` for ``model`` on ``system`` as the configuration text of ``fmt``."""
+    """``strategy`` for ``model`` on ``system`` as the configuration text of ``fmt``. A job
+    that leaves its gradient dtype to the stack is emitted with the stack's."""
+    if job.grad_dtype is None:
+        job = job.model_copy(update={"grad_dtype": load_stack(job.stack).grad_dtype})
     return _format(fmt).emit(model, system, job, strategy)
 
 
