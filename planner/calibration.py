@@ -1,18 +1,22 @@
-"""Fit an accelerator's efficiency parameters to measured runs (``planner calibrate``).
+"""Fit a training stack's efficiency parameters to measured runs (``planner calibrate``), and
+measure how well they generalise (``planner validate --cross-validate``).
 
-One parameter set per system, for all its runs (no per-run or per-model factors):
+The hardware is not fitted: a system holds raw kernel measurements (GEMM curve, attention
+kernels, HBM and NCCL bandwidth fractions, each with its source). What is fitted is what the
+software stack reaches of them, one parameter set per stack profile for all its runs on every
+GPU (no per-run, per-model or per-GPU factors):
 
-- ``gemm_stack_efficiency``: the fraction of the accelerator's matmul curve (raw GEMM
-  benchmarks, kept as it is) that the training stack's GEMMs achieve in a real step;
-- ``attention_efficiency``: the attention core's efficiency relative to that curve;
-- ``hbm_efficiency``: achievable fraction of HBM bandwidth for memory-bound kernels;
-- ``scale_up_efficiency`` / ``scale_out_efficiency``: achievable fraction of the network tiers'
-  bandwidth for collectives.
+- ``gemm_efficiency``: the share of the raw GEMM curve the stack's weight GEMMs reach;
+- ``attention_efficiency``: the attention core relative to its kernel's benchmark;
+- ``memory_bound_efficiency``: memory-bound kernels relative to the achievable HBM bandwidth;
+- ``layer_overhead_us``: fixed time per block per micro-batch (launches, framework work);
+- ``tp_overlap_contention``: the share of hidden TP communication that still shows (only where
+  the runs overlap TP communication).
 
 The fit minimises the mean absolute log error of the predicted step times plus a quarter of the
 worst one (so no run is sacrificed for the mean), by coordinate search on a shrinking grid inside
-physical bounds, started from the system's current values and from the middle of the bounds
-(the better of the two wins). Parameters not set free keep the system's current values.
+physical bounds, started from the profile's current values and from the middle of the bounds
+(the better of the two wins). Parameters not set free keep the profile's values.
 """
 
 from __future__ import annotations
@@ -20,130 +24,117 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field
 
+import hardware_catalog
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.errors import InputError
-from planner.quantities import CALIBRATED_PARAMETERS
-from planner.specs import SystemSpec
+from planner.quantities import CALIBRATED_PARAMETERS as PARAMETERS
+from planner.specs import StackProfile
 from planner.validation import Dataset, MeasuredRun, resolve
 
-PARAMETERS = CALIBRATED_PARAMETERS
 BOUNDS: dict[str, tuple[float, float]] = {
-    "gemm_stack_efficiency": (0.3, 1.0),
+    "gemm_efficiency": (0.3, 1.0),
     "attention_efficiency": (0.1, 1.0),
-    "hbm_efficiency": (0.3, 1.0),
-    "scale_up_efficiency": (0.2, 1.0),
-    "scale_out_efficiency": (0.2, 1.0),
+    "memory_bound_efficiency": (0.2, 1.0),
+    "layer_overhead_us": (0.0, 400.0),
+    "tp_overlap_contention": (0.0, 1.0),
 }
 
 
-class EfficiencyParams(BaseModel):
-    """The fitted quantities (see the module docstring)."""
-
-    gemm_stack_efficiency: float = Field(gt=0, le=1)
-    attention_efficiency: float = Field(gt=0, le=1)
-    hbm_efficiency: float = Field(gt=0, le=1)
-    scale_up_efficiency: float = Field(gt=0, le=1)
-    scale_out_efficiency: float = Field(gt=0, le=1)
+def run_stack(run: MeasuredRun) -> str:
+    """The canonical name of the stack a run states (its job's)."""
+    return hardware_catalog.load_stack(run.job.stack).name
 
 
-def current_params(system: SystemSpec) -> EfficiencyParams:
-    """The parameters a system has now."""
-    return EfficiencyParams(
-        gemm_stack_efficiency=system.accelerator.gemm_stack_efficiency,
-        attention_efficiency=system.accelerator.attention_efficiency,
-        hbm_efficiency=system.hbm.efficiency,
-        scale_up_efficiency=system.network_tiers[0].efficiency,
-        scale_out_efficiency=system.network_tiers[-1].efficiency,
-    )
+def current_params(stack: StackProfile) -> dict[str, float]:
+    return {name: float(getattr(stack, name)) for name in PARAMETERS}
 
 
-def apply_params(system: SystemSpec, params: EfficiencyParams, note: str = "") -> SystemSpec:
-    """The system with these efficiency parameters (and ``note`` as their source)."""
-    accelerator = system.accelerator.model_copy(
-        update={
-            "gemm_stack_efficiency": params.gemm_stack_efficiency,
-            "attention_efficiency": params.attention_efficiency,
-        }
-    )
-    hbm = system.hbm.model_copy(update={"efficiency": params.hbm_efficiency})
-    tiers = list(system.network_tiers)
-    tiers[-1] = tiers[-1].model_copy(update={"efficiency": params.scale_out_efficiency})
-    if len(tiers) > 1:
-        tiers[0] = tiers[0].model_copy(update={"efficiency": params.scale_up_efficiency})
-    sources = dict(system.sources)
+def apply_params(stack: StackProfile, params: dict[str, float], note: str = "") -> StackProfile:
+    """The profile with these parameters (and ``note`` as their source)."""
+    sources = dict(stack.sources)
     if note:
-        for key in (
-            "accelerator.matmul_efficiency",
-            "accelerator.attention_efficiency",
-            "memory_tiers[0].efficiency",
-            "network_tiers[0].efficiency",
-            f"network_tiers[{len(tiers) - 1}].efficiency",
-        ):
-            sources[key] = note
-    return system.model_copy(
-        update={
-            "accelerator": accelerator,
-            "memory_tiers": (hbm, *system.memory_tiers[1:]),
-            "network_tiers": tuple(tiers),
-            "sources": sources,
-        }
-    )
+        sources = {k: v for k, v in sources.items() if not set(k.split(", ")) & set(params)}
+        sources[", ".join(params)] = note
+    return stack.model_copy(update={**params, "sources": sources})
 
 
 class _Problem:
-    """The runs of one system, resolved once; evaluates the loss for parameter vectors."""
+    """Runs resolved once; evaluates the loss of trial profiles."""
 
-    def __init__(self, runs: Sequence[MeasuredRun], system: SystemSpec) -> None:
-        self.system = system
-        self.runs = [(run, resolve(run, system)[0]) for run in runs]
+    def __init__(self, runs: Sequence[MeasuredRun], stack: StackProfile) -> None:
+        self.stack = stack
+        self.runs = [(run, *resolve(run)) for run in runs]
 
-    def errors(self, params: EfficiencyParams) -> np.ndarray:
-        system = apply_params(self.system, params)
+    def errors(self, params: dict[str, float]) -> np.ndarray:
+        trial = self.stack.model_copy(update=params)
         predicted = [
             float(
                 evaluate_terms(
-                    CostContext(model, system, run.job), Knobs.from_strategy(run.strategy)
+                    CostContext(model, system, run.job, trial), Knobs.from_strategy(run.strategy)
                 ).step_time_s
             )
-            for run, model in self.runs
+            for run, model, system in self.runs
         ]
-        measured = np.array([run.measured_step_time_s for run, _ in self.runs])
+        measured = np.array([run.measured_step_time_s for run, _, _ in self.runs])
         return np.array(predicted) / measured - 1
 
-    def loss(self, params: EfficiencyParams) -> float:
+    def loss(self, params: dict[str, float]) -> float:
         log_errors = np.abs(np.log1p(self.errors(params)))
         return float(log_errors.mean() + 0.25 * log_errors.max())
 
 
+RUNS_PER_PARAMETER = 4
+"""A fit sets at most one parameter free per this many runs (in PARAMETERS' order, the GEMM
+efficiency first): one run cannot tell a GEMM from a launch overhead."""
+TRANSFERABLE = ("gemm_efficiency", "memory_bound_efficiency", "layer_overhead_us")
+"""What can be learnt from another stack's runs: the attention efficiency is relative to the
+stack's own kernel, and TP-overlap contention to its own overlap implementation."""
+
+
+def default_free(runs: Sequence[MeasuredRun], stack: StackProfile, own: bool = True) -> list[str]:
+    """What the runs can inform: TP-overlap contention only where a run overlaps TP; from runs
+    of other stacks (``own`` False) only the TRANSFERABLE parameters; at most one parameter per
+    RUNS_PER_PARAMETER runs."""
+    uses_tp_overlap = stack.tp_overlap and any(
+        r.strategy.tp_overlap and r.strategy.tp > 1 for r in runs
+    )
+    free = [
+        p
+        for p in PARAMETERS
+        if (p != "tp_overlap_contention" or uses_tp_overlap) and (own or p in TRANSFERABLE)
+    ]
+    return free[: max(1, len(runs) // RUNS_PER_PARAMETER)]
+
+
 def fit(
-    dataset: Dataset,
-    system: SystemSpec,
-    free: Sequence[str] = PARAMETERS,
+    runs: Sequence[MeasuredRun],
+    stack: StackProfile,
+    free: Sequence[str] | None = None,
     rounds: int = 6,
-) -> tuple[EfficiencyParams, float]:
-    """Fit the ``free`` parameters of ``system`` to the dataset's runs on that system (by the
-    system's name). Returns the parameters and the loss."""
+    own: bool = True,
+) -> tuple[dict[str, float], float]:
+    """Fit the ``free`` parameters of ``stack`` to ``runs`` (evaluated under it, whatever stack
+    they name; ``own``: they are the stack's own runs). Returns the fitted parameters and the
+    loss."""
+    free = list(free) if free is not None else default_free(runs, stack, own)
     unknown = set(free) - set(PARAMETERS)
     if unknown:
         raise InputError(
             f"calibrate: unknown parameters {sorted(unknown)}; allowed: {', '.join(PARAMETERS)}"
         )
-    runs = [
-        r
-        for r in dataset.runs
-        if (r.system if isinstance(r.system, str) else r.system.name) == system.name
-    ]
     if not runs:
-        raise InputError(f"calibrate: the dataset has no run on system {system.name!r}")
-    problem = _Problem(runs, system)
-    start = current_params(system).model_dump()
+        raise InputError(f"calibrate: the dataset has no run on stack {stack.name!r}")
+    problem = _Problem(runs, stack)
+    start = current_params(stack)
     middle = {name: (_mid(name) if name in free else value) for name, value in start.items()}
     results = [_descend(problem, values, free, rounds) for values in (start, middle)]
-    values, loss = min(results, key=lambda result: result[1])
-    return EfficiencyParams(**values), loss
+    return min(results, key=lambda result: result[1])
+
+
+def runs_of_stack(dataset: Dataset, stack: StackProfile) -> list[MeasuredRun]:
+    return [run for run in dataset.runs if run_stack(run) == stack.name]
 
 
 def _mid(name: str) -> float:
@@ -156,7 +147,7 @@ def _descend(
 ) -> tuple[dict[str, float], float]:
     """Coordinate search: try ± a step on each free parameter, keep improvements, halve the
     step when none helps."""
-    best = problem.loss(EfficiencyParams(**values))
+    best = problem.loss(values)
     step = 0.25
     for _ in range(rounds):
         improved = True
@@ -165,7 +156,7 @@ def _descend(
             for name in free:
                 for candidate in _neighbours(name, values[name], step):
                     trial = {**values, name: candidate}
-                    loss = problem.loss(EfficiencyParams(**trial))
+                    loss = problem.loss(trial)
                     if loss < best - 1e-12:
                         best, values, improved = loss, trial, True
         step /= 2

@@ -19,7 +19,7 @@ from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.errors import InputError
 from planner.rules import strategy_violations
-from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import JobSpec, ModelSpec, StackProfile, Strategy, SystemSpec
 
 BUNDLED_DATASET = hardware_catalog.CATALOG / "calibration" / "published_runs.yaml"
 
@@ -31,6 +31,9 @@ class MeasuredRun(BaseModel):
 
     id: str
     group: str = "user"
+    source_key: str = ""
+    """The publication or benchmark table the run comes from: cross-validation leaves one
+    source out at a time (default: the group)."""
     model: ModelSpec | str
     system: SystemSpec | str
     gpus: int = Field(gt=0)
@@ -48,6 +51,8 @@ class Dataset(BaseModel):
 class RunResult(BaseModel):
     id: str
     group: str
+    source: str
+    stack: str
     model: str
     system: str
     gpus: int
@@ -73,6 +78,23 @@ class Validation(BaseModel):
     overall: GroupSummary
 
 
+class Fold(BaseModel):
+    """One source left out: the stacks calibrated without it, and its runs predicted."""
+
+    source: str
+    calibrated_on: dict[str, str]
+    """stack → what its parameters were fitted on for this fold (its own other runs, or, when
+    the left-out source held all of them, every other run of every stack)."""
+    summary: GroupSummary
+
+
+class CrossValidation(BaseModel):
+    folds: list[Fold]
+    runs: list[RunResult]
+    overall: GroupSummary
+    in_sample: GroupSummary
+
+
 def load_dataset(path: str | Path | None = None) -> Dataset:
     """The bundled dataset, or a user's file."""
     source = Path(path) if path else BUNDLED_DATASET
@@ -96,43 +118,80 @@ def resolve(run: MeasuredRun, system: SystemSpec | None = None) -> tuple[ModelSp
     return model, system
 
 
-def predict_step_s(run: MeasuredRun, system: SystemSpec | None = None) -> float:
-    model, system = resolve(run, system)
-    ctx = CostContext(model, system, run.job)
+def predict_step_s(run: MeasuredRun, stack: StackProfile | None = None) -> float:
+    model, system = resolve(run)
+    ctx = CostContext(model, system, run.job, stack)
     return float(evaluate_terms(ctx, Knobs.from_strategy(run.strategy)).step_time_s)
 
 
-def validate(dataset: Dataset, systems: dict[str, SystemSpec] | None = None) -> Validation:
+def source_of(run: MeasuredRun) -> str:
+    return run.source_key or run.group
+
+
+def validate(dataset: Dataset, stacks: dict[str, StackProfile] | None = None) -> Validation:
     """Every run predicted with the cost model; errors per run, per group and overall.
-    ``systems`` replaces named systems (e.g. with calibrated versions)."""
-    results = []
-    for run in dataset.runs:
-        name = run.system if isinstance(run.system, str) else run.system.name
-        model, system = resolve(run, (systems or {}).get(name))
-        ctx = CostContext(model, system, run.job)
-        terms = evaluate_terms(ctx, Knobs.from_strategy(run.strategy))
-        predicted = float(terms.step_time_s)
-        measured_mfu = float(terms.mfu) * predicted / run.measured_step_time_s
-        results.append(
-            RunResult(
-                id=run.id,
-                group=run.group,
-                model=model.name,
-                system=system.name,
-                gpus=run.gpus,
-                strategy=run.strategy.describe(),
-                measured_step_time_s=run.measured_step_time_s,
-                predicted_step_time_s=predicted,
-                error=predicted / run.measured_step_time_s - 1,
-                predicted_mfu=float(terms.mfu),
-                measured_mfu=measured_mfu,
-            )
-        )
+    ``stacks`` replaces named stack profiles (e.g. with calibrated versions)."""
+    results = [_predict(run, stacks or {}) for run in dataset.runs]
     groups = [
         _summary(g, [r for r in results if r.group == g])
         for g in dict.fromkeys(r.group for r in results)
     ]
     return Validation(runs=results, groups=groups, overall=_summary("all", results))
+
+
+def _predict(run: MeasuredRun, stacks: dict[str, StackProfile]) -> RunResult:
+    model, system = resolve(run)
+    stack = hardware_catalog.load_stack(run.job.stack)
+    ctx = CostContext(model, system, run.job, stacks.get(stack.name, stack))
+    terms = evaluate_terms(ctx, Knobs.from_strategy(run.strategy))
+    predicted = float(terms.step_time_s)
+    return RunResult(
+        id=run.id,
+        group=run.group,
+        source=source_of(run),
+        stack=stack.name,
+        model=model.name,
+        system=system.name,
+        gpus=run.gpus,
+        strategy=run.strategy.describe(),
+        measured_step_time_s=run.measured_step_time_s,
+        predicted_step_time_s=predicted,
+        error=predicted / run.measured_step_time_s - 1,
+        predicted_mfu=float(terms.mfu),
+        measured_mfu=float(terms.mfu) * predicted / run.measured_step_time_s,
+    )
+
+
+def cross_validate(dataset: Dataset) -> CrossValidation:
+    """Leave one source out: calibrate every stack on the runs of the other sources (its own
+    runs there, or every other run when the left-out source held all of its runs), predict the
+    left-out source's runs. Also the in-sample error of the catalog profiles, for comparison."""
+    from planner.calibration import fit, run_stack
+
+    sources = list(dict.fromkeys(source_of(run) for run in dataset.runs))
+    folds, predicted = [], []
+    for source in sources:
+        held = [run for run in dataset.runs if source_of(run) == source]
+        rest = [run for run in dataset.runs if source_of(run) != source]
+        stacks, trained_on = {}, {}
+        for name in dict.fromkeys(run_stack(run) for run in held):
+            stack = hardware_catalog.load_stack(name)
+            own = [run for run in rest if run_stack(run) == name]
+            params, _ = fit(own or rest, stack, own=bool(own))
+            stacks[name] = stack.model_copy(update=params)
+            others = sorted({source_of(run) for run in own or rest})
+            trained_on[name] = ("its runs in " if own else "all runs of ") + ", ".join(others)
+        results = [_predict(run, stacks) for run in held]
+        predicted += results
+        folds.append(
+            Fold(source=source, calibrated_on=trained_on, summary=_summary(source, results))
+        )
+    return CrossValidation(
+        folds=folds,
+        runs=predicted,
+        overall=_summary("all", predicted),
+        in_sample=validate(dataset).overall,
+    )
 
 
 def _summary(group: str, results: list[RunResult]) -> GroupSummary:

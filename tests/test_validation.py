@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 import hardware_catalog
-from planner.calibration import EfficiencyParams, apply_params, fit
+from planner.api import evaluate
+from planner.calibration import apply_params, fit
 from planner.cli import main
 from planner.errors import InputError
 from planner.specs import JobSpec, Strategy
@@ -17,13 +18,18 @@ from planner.validation import (
     BUNDLED_DATASET,
     Dataset,
     MeasuredRun,
+    cross_validate,
     load_dataset,
     predict_step_s,
+    resolve,
     validate,
 )
 
 KORTHIKANTI_MEAN, KORTHIKANTI_WORST, ALL_MEAN = 0.04, 0.09, 0.08
 """Issue #6's bar: the best analytical peer reports 3.65 % mean / 8.87 % worst on these runs."""
+CROSS_VALIDATED_MEAN, WORST_SOURCE_MEAN = 0.10, 0.15
+"""Issue #11: leave-one-source-out error (9.2 % when the bar was set; the issue's goal is 8 %,
+then 5 %), and no source worse than 15 % on average."""
 
 
 def test_bundled_dataset_meets_the_accuracy_bar() -> None:
@@ -33,8 +39,26 @@ def test_bundled_dataset_meets_the_accuracy_bar() -> None:
     assert korthikanti.runs == 8
     assert korthikanti.mean_abs_error <= KORTHIKANTI_MEAN
     assert korthikanti.worst_abs_error <= KORTHIKANTI_WORST
-    assert result.overall.runs >= 27
+    assert result.overall.runs >= 50
     assert result.overall.mean_abs_error <= ALL_MEAN
+
+
+def test_every_calibration_run_fits_in_memory() -> None:
+    """Issue #11: each published run ran, so the memory model must let it fit."""
+    for run in load_dataset().runs:
+        model, system = resolve(run)
+        estimate = evaluate(model, system, run.job, run.strategy)
+        assert estimate.fits, (run.id, estimate.overflows)
+
+
+def test_cross_validated_error_per_source() -> None:
+    result = cross_validate(load_dataset())
+    assert len(result.folds) >= 5
+    assert result.overall.mean_abs_error <= CROSS_VALIDATED_MEAN
+    for fold in result.folds:
+        assert fold.summary.mean_abs_error <= WORST_SOURCE_MEAN, fold.source
+        assert fold.calibrated_on  # every fold says what it was fitted on
+    assert result.overall.runs == result.in_sample.runs
 
 
 def test_bundled_dataset_keeps_provenance_and_says_what_it_left_out() -> None:
@@ -85,26 +109,24 @@ def _synthetic_runs(system_name: str) -> Dataset:
 
 
 def test_calibration_recovers_known_parameters() -> None:
-    base = hardware_catalog.load_system("dgx-h100")
-    truth = EfficiencyParams(
-        gemm_stack_efficiency=0.7,
-        attention_efficiency=0.45,
-        hbm_efficiency=0.6,
-        scale_up_efficiency=0.55,
-        scale_out_efficiency=0.7,
-    )
-    true_system = apply_params(base, truth)
-    template = _synthetic_runs(base.name)
-    measured = Dataset(
-        runs=tuple(
-            run.model_copy(update={"measured_step_time_s": predict_step_s(run, true_system)})
-            for run in template.runs
-        )
-    )
-    fitted, loss = fit(measured, base, rounds=10)
+    base = hardware_catalog.load_stack("megatron-core")
+    truth = {
+        "gemm_efficiency": 0.7,
+        "attention_efficiency": 0.45,
+        "memory_bound_efficiency": 0.6,
+        "layer_overhead_us": 150.0,
+    }
+    true_stack = apply_params(base, truth)
+    template = _synthetic_runs("dgx-h100")
+    measured = [
+        run.model_copy(update={"measured_step_time_s": predict_step_s(run, true_stack)})
+        for run in template.runs
+    ] * 2  # 16 runs: four free parameters
+    fitted, loss = fit(measured, base, free=list(truth), rounds=10)
     assert loss < 0.01
-    for name, value in truth.model_dump().items():
-        assert getattr(fitted, name) == pytest.approx(value, abs=0.03), name
+    for name, value in truth.items():
+        tolerance = 15.0 if name == "layer_overhead_us" else 0.03
+        assert fitted[name] == pytest.approx(value, abs=tolerance), name
 
 
 def test_validate_and_calibrate_commands(
@@ -116,24 +138,27 @@ def test_validate_and_calibrate_commands(
     assert main(["validate", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["overall"]["runs"] == len(payload["runs"])
+    assert {r["stack"] for r in payload["runs"]} >= {"megatron-core", "llm-foundry"}
     spec = tmp_path / "calibrated.yaml"
-    assert (
-        main(
-            [
-                "calibrate",
-                "--system",
-                "dgx-a100-80g",
-                "--free",
-                "gemm_stack_efficiency",
-                "--out",
-                str(spec),
-            ]
-        )
-        == 0
-    )
+    argv = ["calibrate", "--stack", "megatron-lm-2022", "--free", "gemm_efficiency"]
+    assert main([*argv, "--out", str(spec)]) == 0
     assert "mean absolute error" in capsys.readouterr().out
-    calibrated = hardware_catalog.load_system(str(spec))
-    assert "planner calibrate" in calibrated.sources["accelerator.gemm_stack_efficiency"]
+    calibrated = hardware_catalog.load_stack(str(spec))
+    assert "planner calibrate" in calibrated.sources["gemm_efficiency"]
+    assert main([*argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(payload["after"]) == {"gemm_efficiency"} and payload["runs"]
+
+
+def test_cross_validate_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--cross-validate"]) == 0
+    out = capsys.readouterr().out
+    assert "leave one source out" in out and "llm-foundry-a100" in out
+    assert main(["validate", "--cross-validate", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    sources = {fold["source"] for fold in payload["folds"]}
+    assert {"korthikanti2022", "llm-foundry-a100", "llm-foundry-h100"} <= sources
+    assert payload["overall"]["runs"] == len(payload["runs"])
 
 
 def test_user_dataset_errors_are_one_line(tmp_path: Path) -> None:
