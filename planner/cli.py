@@ -488,12 +488,19 @@ def _read_config(args: argparse.Namespace, system: SystemSpec) -> LaunchConfig:
     return config
 
 
+def _emit(fmt: str, model, system, job: JobSpec, strategy: Strategy) -> LaunchConfig:
+    """The launch configuration of ``--emit`` (planner.launch loads only when asked for)."""
+    from planner import launch
+
+    return launch.emit(fmt, model, system, job, strategy)
+
+
 def _launch_payload(config: LaunchConfig) -> dict[str, object]:
     return {"format": config.format, "text": config.text, "notes": config.notes}
 
 
 def run_evaluate(args: argparse.Namespace, console: Console) -> int:
-    from planner import launch, report
+    from planner import report
     from planner.api import as_model, as_system, evaluate
 
     system = as_system(args.system)
@@ -509,7 +516,7 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
     if args.gpus is not None and strategy.gpus != args.gpus:
         raise InputError(f"{strategy.product_text()} must equal --gpus = {args.gpus}")
     estimate = evaluate(model, system, job, strategy)
-    emitted = launch.emit(args.emit, model, system, job, strategy) if args.emit else None
+    emitted = _emit(args.emit, model, system, job, strategy) if args.emit else None
     comparison = None
     if args.compare:
         from planner.launch.compare import compare
@@ -555,7 +562,7 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     from constraints.target import PerformanceTarget
-    from planner import launch, report
+    from planner import report
     from planner.api import as_model, as_system
     from planner.plan import plan
     from planner.search_space import parse_pin
@@ -581,7 +588,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     )
     emitted = None
     if args.emit and result.strategy is not None:
-        emitted = launch.emit(args.emit, model, system, job, result.strategy)
+        emitted = _emit(args.emit, model, system, job, result.strategy)
     if args.json:
         payload = {
             "model": model.name,
