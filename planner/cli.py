@@ -404,26 +404,19 @@ def run_catalog(args: argparse.Namespace, console: Console) -> int:
     import hardware_catalog
     from planner import report
 
-    if args.what == "systems":
-        systems = [hardware_catalog.load_system(n) for n in hardware_catalog.system_names()]
+    catalog = hardware_catalog
+    listings = {
+        "systems": (catalog.system_names, catalog.load_system, report.systems_table),
+        "models": (catalog.model_names, catalog.load_model, report.models_table),
+        "stacks": (catalog.stack_names, catalog.load_stack, report.stacks_table),
+    }
+    if args.what in listings:
+        names, load, table = listings[args.what]
+        specs = [load(name) for name in names()]
         if args.json:
-            _print_json([s.model_dump(mode="json") for s in systems])
+            _print_json([_catalog_json(spec) for spec in specs])
         else:
-            console.print(report.systems_table(systems))
-        return EXIT_OK
-    if args.what == "models":
-        models = [hardware_catalog.load_model(n) for n in hardware_catalog.model_names()]
-        if args.json:
-            _print_json([{**m.model_dump(mode="json"), "params": m.params} for m in models])
-        else:
-            console.print(report.models_table(models))
-        return EXIT_OK
-    if args.what == "stacks":
-        stacks = [hardware_catalog.load_stack(n) for n in hardware_catalog.stack_names()]
-        if args.json:
-            _print_json([s.model_dump(mode="json") for s in stacks])
-        else:
-            console.print(report.stacks_table(stacks))
+            console.print(table(specs))
         return EXIT_OK
     if not args.name:
         raise InputError("catalog show needs a name, e.g. `planner catalog show dgx-h100`")
@@ -439,6 +432,12 @@ def run_catalog(args: argparse.Namespace, console: Console) -> int:
     if spec.aliases:
         console.print(f"aliases: {', '.join(spec.aliases)}")
     return EXIT_OK
+
+
+def _catalog_json(spec) -> dict:
+    """A catalog entry as JSON; a model also gives its parameter count."""
+    data = spec.model_dump(mode="json")
+    return {**data, "params": spec.params} if hasattr(spec, "params") else data
 
 
 def _find_any(name: str):

@@ -97,6 +97,19 @@ def host_tier(system: SystemSpec) -> int | None:
     return None
 
 
+def place_on_host(parsed: Parsed, system: SystemSpec, knobs: list[str]) -> None:
+    """Read CPU offloading of ``knobs`` into the system's host-memory tier, or, where the system
+    has none, a note that says it was ignored."""
+    host = host_tier(system)
+    for knob in knobs:
+        if host is None:
+            parsed.notes.append(
+                f"{knob}: system {system.name!r} has no host-memory tier; CPU offloading ignored"
+            )
+        else:
+            parsed.knobs[knob] = host
+
+
 def host_offloads(
     strategy: Strategy, system: SystemSpec, framework: str
 ) -> tuple[set[str], list[str]]:

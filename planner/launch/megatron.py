@@ -51,7 +51,13 @@ import math
 import shlex
 
 from planner.errors import InputError
-from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier, positive
+from planner.launch.common import (
+    LaunchConfig,
+    Parsed,
+    host_offloads,
+    place_on_host,
+    positive,
+)
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "megatron"
@@ -390,14 +396,7 @@ def _read_offload(args: _Args, parsed: Parsed, system: SystemSpec) -> None:
     if args.has(FLAGS["offload_optimizer"]):
         args.has("--use-precision-aware-optimizer")
         wanted.append("offload_optimizer")
-    host = host_tier(system)
-    for knob in wanted:
-        if host is None:
-            parsed.notes.append(
-                f"{knob}: system {system.name!r} has no host-memory tier; CPU offloading ignored"
-            )
-        else:
-            parsed.knobs[knob] = host
+    place_on_host(parsed, system, wanted)
 
 
 def _read_job(args: _Args, parsed: Parsed) -> None:

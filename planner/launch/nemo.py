@@ -35,7 +35,13 @@ import yaml
 
 from hardware_catalog import MAX_SPEC_NODES, SAFE_LOADER, _node_count
 from planner.errors import InputError
-from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier, positive
+from planner.launch.common import (
+    LaunchConfig,
+    Parsed,
+    host_offloads,
+    place_on_host,
+    positive,
+)
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "nemo"
@@ -301,14 +307,7 @@ def _read_offload(keys: _Keys, parsed: Parsed, system: SystemSpec) -> None:
     if keys.get("offload_optimizer", bool, False):
         keys.get("precision_aware", bool)
         wanted.append("offload_optimizer")
-    host = host_tier(system)
-    for knob in wanted:
-        if host is None:
-            parsed.notes.append(
-                f"{knob}: system {system.name!r} has no host-memory tier; CPU offloading ignored"
-            )
-        else:
-            parsed.knobs[knob] = host
+    place_on_host(parsed, system, wanted)
 
 
 def _read_job(keys: _Keys, parsed: Parsed) -> None:
