@@ -90,8 +90,7 @@ def attention_core_s(
         forward = matmul_time_s(accel, ctx.bf16_peak_flops, causal) / stack.attention_efficiency
         return forward, FLASH_BACKWARD_FLOPS * forward
     chunk = ctx.seq_len / np.asarray(cp, dtype=float)
-    efficiency = np.vectorize(lambda length: attention_kernel_efficiency(points, length))
-    forward_eff, backward_eff = efficiency(chunk)
+    forward_eff, backward_eff = attention_kernel_efficiency(points, chunk)
     rate = ctx.bf16_peak_flops * stack.attention_efficiency
     return causal / (rate * forward_eff), FLASH_BACKWARD_FLOPS * causal / (rate * backward_eff)
 

@@ -29,12 +29,13 @@ def matmul_time_s(
 
 
 def attention_kernel_efficiency(
-    points: tuple[AttentionKernelPoint, ...], seq_len: float
-) -> tuple[float, float]:
-    """(forward, backward) fraction of peak of a measured attention kernel at ``seq_len``:
-    linear in log2(sequence length) between the measured points, flat beyond them."""
+    points: tuple[AttentionKernelPoint, ...], seq_len: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) fraction of peak of a measured attention kernel at ``seq_len``
+    (array in, arrays out): linear in log2(sequence length) between the measured points, flat
+    beyond them."""
     lengths = np.log2([point.seq_len for point in points])
-    where = np.log2(max(float(seq_len), 1.0))
+    where = np.log2(np.maximum(np.asarray(seq_len, dtype=float), 1.0))
     forward = np.interp(where, lengths, [point.forward for point in points])
     backward = np.interp(where, lengths, [point.backward for point in points])
-    return float(forward), float(backward)
+    return forward, backward
