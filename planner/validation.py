@@ -169,6 +169,11 @@ def cross_validate(dataset: Dataset) -> CrossValidation:
     from planner.calibration import fit, run_stack
 
     sources = list(dict.fromkeys(source_of(run) for run in dataset.runs))
+    if len(sources) < 2:
+        raise InputError(
+            f"validate --cross-validate: the dataset has one source ({sources[0]!r}); leaving "
+            "it out leaves nothing to calibrate on (give runs a source_key or group per source)"
+        )
     folds, predicted = [], []
     for source in sources:
         held = [run for run in dataset.runs if source_of(run) == source]

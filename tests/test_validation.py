@@ -179,3 +179,7 @@ def test_user_dataset_errors_are_one_line(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"runs": [run]}))
     with pytest.raises(InputError, match="tp = 5 must divide heads"):
         validate(load_dataset(path))
+    run |= {"gpus": 8, "strategy": {"tp": 8}}
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    with pytest.raises(InputError, match="one source"):
+        cross_validate(load_dataset(path))
