@@ -8,12 +8,12 @@ Each instance draws, from a seeded generator: a model (a catalog model, or a cus
 1B to 128T parameters: heads, head width, layers, GQA, FFN kind and width, vocabulary), a system
 (a catalog system with its efficiencies, bandwidths and capacities perturbed, sometimes with an
 offload tier added), a GPU count (8 to 65,536, powers of two and three-times-powers), a global
-batch (64 to 65,536), a sequence (2k to 128k), precision (bf16, or fp8 where the accelerator
-has it) and gradient dtype
-(fp32/bf16). Inputs that fail validation are redrawn. Each is planned once with plan()
-(diagnose=False), followed by the 96 questions of the multi-trillion study (study_instances),
-and the battery prints the share proven (optimal, or infeasible: a proof
-too), the share left unproven (feasible or unknown at the time limit), p50/p99/max wall time,
+batch (64 to 65,536), a sequence (2k to 128k: context parallelism up to s/1024 is searched),
+precision (bf16, or fp8 where the accelerator has it), gradient dtype (fp32/bf16) and software
+stack (any catalog profile). Inputs that fail validation are redrawn. Each is planned once
+with plan() (diagnose=False), followed by the 96 questions of the multi-trillion study
+(study_instances), and the battery prints the share proven (optimal, or infeasible: a proof too),
+the share left unproven (feasible or unknown at the time limit), p50/p99/max wall time,
 and the slowest instances with everything needed to reproduce them.
 """
 
@@ -99,19 +99,15 @@ def _scaled(value: float, rng: random.Random, low: float, high: float) -> float:
 
 
 def random_system(rng: random.Random) -> SystemSpec:
-    """A catalog system with efficiencies ×0.7–1.2 (≤ 1), bandwidths ×1/4–4, capacities
+    """A catalog system with its matmul curve ×0.7–1.2 (≤ 1), bandwidths ×1/4–4, capacities
     ×1/2–4, and in a third of the cases an offload tier added (or its numbers redrawn)."""
     base = hardware_catalog.load_system(rng.choice([*hardware_catalog.system_names(), POSTER]))
-    accelerator = base.accelerator.model_copy(
-        update={
-            "gemm_stack_efficiency": min(
-                1.0, base.accelerator.gemm_stack_efficiency * rng.uniform(0.7, 1.2)
-            ),
-            "attention_efficiency": min(
-                1.0, base.accelerator.attention_efficiency * rng.uniform(0.7, 1.2)
-            ),
-        }
+    factor = rng.uniform(0.7, 1.2)
+    curve = tuple(
+        point.model_copy(update={"efficiency": min(1.0, point.efficiency * factor)})
+        for point in base.accelerator.matmul_efficiency
     )
+    accelerator = base.accelerator.model_copy(update={"matmul_efficiency": curve})
     tiers = [
         tier.model_copy(
             update={
@@ -159,6 +155,7 @@ def random_instance(rng: random.Random) -> Instance:
             seq_len=2 ** rng.randint(11, 17),
             precision=rng.choice(sorted(system.accelerator.peak_tflops)),
             grad_dtype=rng.choice(["fp32", "bf16"]),
+            stack=rng.choice(hardware_catalog.stack_names()),
         )
         if job.global_batch <= 65536:
             return Instance(model, system, job, gpus)

@@ -3,6 +3,7 @@ plus the objective. ``build_plan_model`` assembles them for one problem."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -38,8 +39,8 @@ class PlanModel:
     unit_s: float
     tie_break_weight: int
     """The step objective is step·weight + simplicity, simplicity < weight: among plans of equal
-    step time (to the model's resolution) it prefers smaller tp, then smaller pp, then fewer
-    offloads."""
+    step time (to the model's resolution) it prefers smaller tp, then smaller cp, then smaller
+    pp, then fewer offloads."""
 
     def step_s(self, step_units: float) -> float:
         return step_units * self.unit_s
@@ -57,10 +58,13 @@ class PlanModel:
         self.model.Minimize(self.objective())
 
     def _simplicity(self) -> cp_model.LinearExpr:
+        """A mixed-radix number below ``tie_break_weight``: digits (tp, cp, pp, offloads)."""
         variables = self.variables
         pp_slots = 4 * len(variables.domains["pp"])
+        cp_slots = pp_slots * len(variables.domains["cp"])
         return (
-            pp_slots * variables.index("tp")
+            cp_slots * variables.index("tp")
+            + pp_slots * variables.index("cp")
             + 4 * variables.index("pp")
             + sum(1 - variables.onehot[k][0] for k in OFFLOAD_KNOBS)
         )
@@ -83,7 +87,7 @@ def build_plan_model(
     variables = Variables.create(model, space, ctx.job.global_batch, relaxable)
     add_factorization(variables)
     add_batch(variables, ctx.job)
-    add_divisibility(variables, ctx.model)
+    add_divisibility(variables, ctx.model, ctx.seq_len)
     add_placement(variables, ctx.system)
     add_pins(variables)
     add_canonical(variables)
@@ -99,7 +103,7 @@ def build_plan_model(
         add_target(
             variables, steps, target, tables.unit_s, model_flops_per_step(ctx), ctx.peak_flops
         )
-    weight = 4 * len(variables.domains["pp"]) * len(variables.domains["tp"])
+    weight = 4 * math.prod(len(variables.domains[k]) for k in ("pp", "cp", "tp"))
     built = PlanModel(
         model=model,
         variables=variables,

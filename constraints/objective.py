@@ -1,7 +1,7 @@
 """The step-time objective, linear in tabulated terms (the cost model's formula in
 planner/cost/step.py, re-expressed over integer table variables).
 
-With U the per-block per-micro-batch time (compute + exposed TP + exposed offload), H the LM
+With U the per-block per-micro-batch time (compute + exposed TP, CP and offload), H the LM
 head and M one PP message per micro-batch, and n·U, n·H, n·M their per-step tables
 (n = B/(d·b) micro-batches):
 
@@ -45,10 +45,10 @@ def linear(terms: list[tuple[int, cp_model.IntVar]]) -> cp_model.LinearExpr:
 def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     m, layers = variables.model, tables.ctx.model.layers
     compute, forward = tables.block_compute()
-    tp = tables.tp_exposed()
+    comm = tables.comm_exposed()
     head, message = tables.head(), tables.pp_message()
     offload = list(tables.offload_exposed()) if len(tables.ctx.system.memory_tiers) > 1 else []
-    per_block = [compute, tp, *offload]
+    per_block = [compute, comm, *offload]
 
     pp_values, v_values = variables.domains["pp"], variables.domains["interleave"]
     hidden_p2p = tables.ctx.stack.pp_overlap  # P2P under compute with interleaving (step.py)
@@ -73,6 +73,10 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     for (a, c), pair in variables.pairs.items():
         p, v = pp_values[a], v_values[c]
         m.Add(p * v * pipeline >= linear(terms_by_pair[(a, c)])).OnlyEnforceIf(pair)
+    if all(x.pp_power == 1 for x in per_block):
+        # Redundant, for propagation before (pp, interleave) is chosen: the stage's share of
+        # the per-step block work, (L/p)·n·U = L·(φ·U), does not depend on p.
+        m.Add(pipeline >= layers * sum(x.per_step for x in per_block))
 
     after, before, per_mb = tables.dp_comm()
     overlap = variables.onehot["dp_overlap"][1] if 1 in variables.domains["dp_overlap"] else None

@@ -1,13 +1,14 @@
 """Structural constraint families: factorization, divisibility, network placement, pins, and
 the canonical values of knobs that have no effect.
 
-- factorization: gpus = tp·pp·dp, as one linear equation per prime q of the GPU count on the
-  exponents of q in tp, pp and dp (DESIGN.md §5);
+- factorization: gpus = tp·cp·pp·dp, as one linear equation per prime q of the GPU count on the
+  exponents of q in tp, cp, pp and dp (DESIGN.md §5);
 - batch: global batch = dp·micro_batch·n (n micro-batches per step), the same way over the
   primes of the batch and of the GPU count;
 - divisibility: tp divides heads and ffn_hidden and divides or is a multiple of kv_heads; pp
-  divides layers; with interleaving, n is a multiple of pp (Megatron's interleaved schedule; the
-  pair literals already admit only interleaves that divide the layers per stage);
+  divides layers; the sequence splits into 2·cp equal chunks; with interleaving, n is a
+  multiple of pp (Megatron's interleaved schedule; the pair literals already admit only
+  interleaves that divide the layers per stage);
 - placement: a TP group stays inside one scale-up domain unless the system allows otherwise;
 - pins: each user pin is its own family, so a conflict can name it.
 """
@@ -16,19 +17,20 @@ from __future__ import annotations
 
 import math
 
-from constraints.variables import LOG_SCALE, Variables, prime_factors
+from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_factors
+from planner.rules import cp_allowed
 from planner.specs import JobSpec, ModelSpec, SystemSpec
 
 
 def add_factorization(variables: Variables) -> None:
-    """A fixed GPU count: the exponents of each of its primes in tp, pp, dp add up. A free one:
-    tp·pp·dp (a product variable) at most the bound, a multiple of ``gpu_multiple`` (exponent
-    sums at least those of the multiple)."""
+    """A fixed GPU count: the exponents of each of its primes in tp, cp, pp, dp add up. A free
+    one: tp·cp·pp·dp (through its logarithm) at most the bound, a multiple of
+    ``gpu_multiple`` (exponent sums at least those of the multiple)."""
     space, m = variables.space, variables.model
     if space.gpus is not None:
-        literal = variables.family("factorization", f"tp·pp·dp = {space.gpus} GPUs")
+        literal = variables.family("factorization", f"tp·cp·pp·dp = {space.gpus} GPUs")
         for prime, power in prime_factors(space.gpus).items():
-            exponents = sum(variables.exponent(k, prime) for k in ("tp", "pp", "dp"))
+            exponents = sum(variables.exponent(k, prime) for k in GPU_FACTORS)
             m.Add(exponents == power).OnlyEnforceIf(literal)
         return
     literal = variables.family(
@@ -37,7 +39,7 @@ def add_factorization(variables: Variables) -> None:
     bound = round(LOG_SCALE * math.log(space.max_gpus)) + 2
     m.Add(variables.log_gpu_count() <= bound).OnlyEnforceIf(literal)
     for prime, power in prime_factors(space.gpu_multiple).items():
-        exponents = sum(variables.exponent(k, prime) for k in ("tp", "pp", "dp"))
+        exponents = sum(variables.exponent(k, prime) for k in GPU_FACTORS)
         m.Add(exponents >= power).OnlyEnforceIf(literal)
 
 
@@ -55,11 +57,15 @@ def add_batch(variables: Variables, job: JobSpec) -> None:
         variables.model.Add(exponents == power).OnlyEnforceIf(literal)
 
 
-def add_divisibility(variables: Variables, model: ModelSpec) -> None:
+def add_divisibility(variables: Variables, model: ModelSpec, seq_len: int) -> None:
     literal = variables.family(
-        "divisibility", "tp | heads, ffn (and kv heads); pp | layers; micro-batches % pp"
+        "divisibility",
+        "tp | heads, ffn (and kv heads); pp | layers; 2·cp | sequence; micro-batches % pp",
     )
     m = variables.model
+    for value, chosen in zip(variables.domains["cp"], variables.onehot["cp"], strict=True):
+        if not cp_allowed(value, seq_len):
+            m.AddImplication(literal, chosen.Not())
     for value, chosen in zip(variables.domains["tp"], variables.onehot["tp"], strict=True):
         kv_ok = model.kv_heads % value == 0 or value % model.kv_heads == 0
         if model.heads % value or model.ffn_hidden % value or not kv_ok:

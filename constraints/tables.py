@@ -7,11 +7,12 @@ never accepts a plan the evaluation says overflows). Values are clipped at a cei
 that keeps every product in the model inside 64 bits; a clipped entry is one no optimal or
 feasible plan can use (DESIGN.md §5: resolution chosen per problem).
 
-A step runs n = B/(d·b) micro-batches. For a fixed GPU count N, n = p·φ with φ = B·t/(N·b), so a
-per-step term n·X is p × (a table of φ·X over X's own knobs); for a free GPU count the table of
-n·X takes dp as one more knob. Either way no product of variables is needed, and the terms that
-depend on dp (DP communication, model state, the optimizer) are tabulated over (tp, pp) with
-dp = N/(tp·pp), or over (tp, pp, dp).
+A step runs n = B/(d·b) micro-batches. For a fixed GPU count N, n = p·φ with
+φ = B·t·c/(N·b), so a per-step term n·X is p × (a table of φ·X over X's own knobs, which
+always include tp and cp); for a free GPU count the table of n·X takes dp as one more knob.
+Either way no product of variables is needed, and the terms that depend on dp (DP
+communication, model state, the optimizer) are tabulated over (tp, cp, pp) with
+dp = N/(tp·cp·pp), or over (tp, cp, pp, dp).
 """
 
 from __future__ import annotations
@@ -106,11 +107,7 @@ class TableBuilder:
     ) -> None:
         self.ctx = ctx
         self.variables = variables
-        largest = (
-            max(variables.domains["dp"])
-            * max(variables.domains["tp"])
-            * max(variables.domains["pp"])
-        )
+        largest = math.prod(max(variables.domains[k]) for k in ("tp", "cp", "pp", "dp"))
         gpus = variables.space.gpus or min(largest, variables.space.max_gpus)
         ideal_step_s = model_flops_per_step(ctx) / (gpus * ctx.peak_flops)
         self.unit_s = ideal_step_s / UNITS_PER_IDEAL_STEP
@@ -144,14 +141,15 @@ class TableBuilder:
     def data_parallel(self, grid: Grid) -> np.ndarray:
         if self.free_gpus:
             return grid["dp"]
-        return self.variables.space.gpus / (grid["tp"] * grid["pp"])
+        return self.variables.space.gpus / (grid["tp"] * grid["cp"] * grid["pp"])
 
     def step_scale(self, grid: Grid) -> np.ndarray:
-        """n/p^power: φ = B·t/(N·b) for a fixed GPU count, n = B/(d·b) for a free one."""
+        """n/p^power: φ = B·t·c/(N·b) for a fixed GPU count, n = B/(d·b) for a free one."""
         job = self.ctx.job
         if self.free_gpus:
             return job.global_batch / (grid["dp"] * grid["micro_batch"])
-        return job.global_batch * grid["tp"] / (self.variables.space.gpus * grid["micro_batch"])
+        tokens_split = grid["tp"] * grid["cp"]
+        return job.global_batch * tokens_split / (self.variables.space.gpus * grid["micro_batch"])
 
     # -- hardware levels ---------------------------------------------------------------------
     def level_contexts(self, knob: str) -> list[CostContext]:
@@ -195,11 +193,11 @@ class TableBuilder:
     # -- the tables -------------------------------------------------------------------------
     def block_compute(self) -> tuple[PerBlock, PerBlock]:
         """(forward + backward + recompute, forward) per block per micro-batch."""
-        knobs = ("tp", "micro_batch", "recompute", "sequence_parallel")
+        knobs = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel")
 
         def times(ctx: CostContext, g: Grid):
             return block_times(
-                ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"]
+                ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"], g["cp"]
             )
 
         def compute(ctx: CostContext, g: Grid) -> np.ndarray:
@@ -211,15 +209,19 @@ class TableBuilder:
             self.per_block("forward", knobs, lambda ctx, g: times(ctx, g).forward_s),
         )
 
-    def tp_exposed(self) -> PerBlock:
+    def comm_exposed(self) -> PerBlock:
+        """Exposed TP and CP traffic per block per micro-batch."""
+
+        def exposed(ctx: CostContext, g: Grid) -> np.ndarray:
+            pieces = block_pieces(
+                ctx, g["tp"], g["micro_batch"], g["recompute"], 0, g["tp_overlap"], 0, 0, g["cp"]
+            )
+            return pieces.tp_exposed_s + pieces.cp_exposed_s
+
         return self.per_block(
-            "tp_exposed",
-            ("tp", "micro_batch", "recompute", "tp_overlap"),
-            lambda ctx, g: (
-                block_pieces(
-                    ctx, g["tp"], g["micro_batch"], g["recompute"], 0, g["tp_overlap"], 0, 0
-                ).tp_exposed_s
-            ),
+            "comm_exposed",
+            ("tp", "cp", "micro_batch", "recompute", "tp_overlap"),
+            exposed,
             affected=("scale_out_bw",),
         )
 
@@ -227,6 +229,7 @@ class TableBuilder:
         """(forward, backward) exposed offload traffic per block per micro-batch."""
         knobs = (
             "tp",
+            "cp",
             "micro_batch",
             "recompute",
             "sequence_parallel",
@@ -244,6 +247,7 @@ class TableBuilder:
                 0,
                 g["offload_weights"],
                 g["offload_activations"],
+                g["cp"],
             )
 
         return (
@@ -264,26 +268,28 @@ class TableBuilder:
     def head(self) -> PerBlock:
         return self.per_block(
             "head",
-            ("tp", "micro_batch"),
-            lambda ctx, g: lm_head_time_s(ctx, g["tp"], g["micro_batch"]),
+            ("tp", "cp", "micro_batch"),
+            lambda ctx, g: lm_head_time_s(ctx, g["tp"], g["micro_batch"], g["cp"]),
         )
 
     def pp_message(self) -> PerBlock:
-        """One stage-to-stage message per micro-batch; its tier follows the job's span t·p·d
+        """One stage-to-stage message per micro-batch; its tier follows the job's span t·c·p·d
         (the fixed GPU count, or a table over pp and dp when it is free)."""
         if not self.free_gpus:
             gpus = self.variables.space.gpus
             return self.per_block(
                 "pp_message",
-                ("tp", "micro_batch"),
-                lambda ctx, g: pp_message_s(ctx, g["tp"], g["micro_batch"], gpus),
+                ("tp", "cp", "micro_batch"),
+                lambda ctx, g: pp_message_s(ctx, g["tp"], g["micro_batch"], gpus, g["cp"]),
                 affected=("scale_out_bw",),
             )
 
         def message(ctx: CostContext, g: Grid) -> np.ndarray:
-            return pp_message_s(ctx, g["tp"], g["micro_batch"], g["tp"] * g["pp"] * g["dp"])
+            span = g["tp"] * g["cp"] * g["pp"] * g["dp"]
+            return pp_message_s(ctx, g["tp"], g["micro_batch"], span, g["cp"])
 
-        grid, once = self.evaluate(("tp", "micro_batch", "pp", "dp"), message, ("scale_out_bw",))
+        knobs = ("tp", "cp", "micro_batch", "pp", "dp")
+        grid, once = self.evaluate(knobs, message, ("scale_out_bw",))
         return PerBlock(
             once=self.time("pp_message", grid, once),
             per_step=self.time("pp_message_per_step", grid, self.step_scale(grid) * once),
@@ -291,12 +297,18 @@ class TableBuilder:
         )
 
     def dp_comm(self) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
-        knobs = ("tp", "pp", *self.dp_axes, "zero_stage", "recompute")
+        knobs = ("tp", "cp", "pp", *self.dp_axes, "zero_stage", "recompute")
 
         def part(index: int):
             def cost(ctx: CostContext, g: Grid) -> np.ndarray:
                 return dp_comm_times_s(
-                    ctx, g["tp"], g["pp"], self.data_parallel(g), g["zero_stage"], g["recompute"]
+                    ctx,
+                    g["tp"],
+                    g["pp"],
+                    self.data_parallel(g),
+                    g["zero_stage"],
+                    g["recompute"],
+                    g["cp"],
                 )[index]
 
             return self.evaluate(knobs, cost, ("scale_out_bw",))
@@ -305,7 +317,7 @@ class TableBuilder:
         return tuple(self.time(name, *part(i)) for i, name in enumerate(names))
 
     def optimizer(self) -> cp_model.IntVar:
-        knobs = ("tp", "pp", *self.dp_axes, "zero_stage", "offload_optimizer")
+        knobs = ("tp", "cp", "pp", *self.dp_axes, "zero_stage", "offload_optimizer")
         grid, seconds = self.evaluate(
             knobs,
             lambda ctx, g: optimizer_time_s(
@@ -315,22 +327,24 @@ class TableBuilder:
                 self.data_parallel(g),
                 g["zero_stage"],
                 g["offload_optimizer"],
+                g["cp"],
             ),
             ("offload_bw",),
         )
         return self.time("optimizer", grid, seconds)
 
     def state(self, last: bool) -> tuple[cp_model.IntVar, list[cp_model.IntVar]]:
-        """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage."""
+        """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage. Weights
+        are replicated over cp, so the state shards over dp·cp ranks."""
         g = make_grid(
             self.variables,
-            ("tp", "pp", *self.dp_axes, "zero_stage", "offload_weights", "offload_optimizer"),
+            ("tp", "cp", "pp", *self.dp_axes, "zero_stage", "offload_weights", "offload_optimizer"),
         )
         state = model_state(
             self.ctx,
             g["tp"],
             g["pp"],
-            self.data_parallel(g),
+            self.data_parallel(g) * g["cp"],
             g["zero_stage"],
             g["offload_weights"],
             g["offload_optimizer"],
@@ -346,14 +360,14 @@ class TableBuilder:
     def activations(self):
         """Per block per micro-batch activation bytes split by where they live: (in HBM for
         the whole pipeline flush, in HBM as the offload working set, [per offload tier]), and
-        the block rebuilt by full recompute."""
+        the block rebuilt by full recompute; each rank holds b/cp of a micro-batch."""
         ctx = self.ctx
         g = make_grid(
             self.variables,
-            ("tp", "micro_batch", "recompute", "sequence_parallel", "offload_activations"),
+            ("tp", "cp", "micro_batch", "recompute", "sequence_parallel", "offload_activations"),
         )
         per_block = block_activation_bytes(
-            ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"]
+            ctx, g["tp"], g["micro_batch"] / g["cp"], g["recompute"], g["sequence_parallel"]
         )
         tier = g["offload_activations"]
         stored = self.memory("activations_stored", g, np.where(tier == 0, per_block, 0.0))
@@ -362,19 +376,20 @@ class TableBuilder:
             self.memory(f"activations_tier{k}", g, np.where(tier == k, per_block, 0.0))
             for k in range(1, len(ctx.system.memory_tiers))
         ]
-        r = make_grid(self.variables, ("tp", "micro_batch", "recompute", "sequence_parallel"))
+        r = make_grid(self.variables, ("tp", "cp", "micro_batch", "recompute", "sequence_parallel"))
         rebuilt = self.memory(
             "activations_rebuilt",
             r,
             rebuilt_activation_bytes(
-                ctx, r["tp"], r["micro_batch"], r["recompute"], r["sequence_parallel"]
+                ctx, r["tp"], r["micro_batch"] / r["cp"], r["recompute"], r["sequence_parallel"]
             ),
         )
         return stored, working, offloaded, rebuilt
 
     def logits(self) -> cp_model.IntVar:
-        g = make_grid(self.variables, ("tp", "micro_batch"))
-        return self.memory("logits", g, logits_bytes(self.ctx, g["tp"], g["micro_batch"]))
+        g = make_grid(self.variables, ("tp", "cp", "micro_batch"))
+        local_mb = g["micro_batch"] / g["cp"]
+        return self.memory("logits", g, logits_bytes(self.ctx, g["tp"], local_mb))
 
 
 HARDWARE_KNOBS = ("offload_bw", "scale_out_bw")

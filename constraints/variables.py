@@ -30,6 +30,9 @@ class ModelTooLarge(InputError):
     """The problem's search space is too large to tabulate: one line saying what to narrow."""
 
 
+GPU_FACTORS = ("tp", "cp", "pp", "dp")
+"""The knobs whose product is the GPU count."""
+
 INT_LIMIT = (1 << 62) - 1
 """Largest bound of an integer variable: CP-SAT requires domains inside ±(2^63 − 1)/2."""
 LOG_SCALE = 10**10
@@ -175,28 +178,31 @@ class Variables:
         return self.counts["micro_batches"]
 
     def log_gpu_count(self) -> cp_model.LinearExpr:
-        """LOG_SCALE·ln(tp·pp·dp), linear in the one-hots: minimising it minimises the GPU count
-        exactly (distinct counts up to 10^7 differ by more than the rounding of the three
+        """LOG_SCALE·ln(tp·cp·pp·dp), linear in the one-hots: minimising it minimises the GPU
+        count exactly (distinct counts up to 10^7 differ by more than the rounding of the four
         terms) and propagates far better than the product."""
         return sum(
             round(LOG_SCALE * math.log(value)) * chosen
-            for name in ("tp", "pp", "dp")
+            for name in GPU_FACTORS
             for value, chosen in zip(self.domains[name], self.onehot[name], strict=True)
         )
 
     def gpu_count(self) -> cp_model.IntVar:
-        """An integer variable equal to tp·pp·dp (created once)."""
+        """An integer variable equal to tp·cp·pp·dp (created once)."""
         if "gpus" not in self.counts:
             m = self.model
-            values = {}
-            for name in ("tp", "pp", "dp"):
-                values[name] = self.new_int(f"{name}_value", max(self.domains[name]), 1)
-                m.Add(values[name] == self.value(name))
-            tp_pp = self.new_int("tp_pp", max(self.domains["tp"]) * max(self.domains["pp"]), 1)
-            m.AddMultiplicationEquality(tp_pp, [values["tp"], values["pp"]])
-            gpus = self.new_int("gpus", self.ub(tp_pp) * max(self.domains["dp"]), 1)
-            m.AddMultiplicationEquality(gpus, [tp_pp, values["dp"]])
-            self.counts["gpus"] = gpus
+            product = None
+            for name in GPU_FACTORS:
+                value = self.new_int(f"{name}_value", max(self.domains[name]), 1)
+                m.Add(value == self.value(name))
+                if product is None:
+                    product = value
+                    continue
+                bound = min(self.ub(product) * self.ub(value), INT_LIMIT)
+                partial = self.new_int(f"gpus_to_{name}", bound, 1)
+                m.AddMultiplicationEquality(partial, [product, value])
+                product = partial
+            self.counts["gpus"] = product
         return self.counts["gpus"]
 
     def ub(self, var: cp_model.IntVar) -> int:

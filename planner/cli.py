@@ -86,7 +86,7 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
         "--model", required=not from_config, help="catalog name or path to a spec file" + optional
     )
     parser.add_argument("--system", required=True, help="catalog name or path to a spec file")
-    parser.add_argument("--gpus", type=_gpu_count, help="GPU count (default: tp·pp·dp)")
+    parser.add_argument("--gpus", type=_gpu_count, help="GPU count (default: tp·cp·pp·dp)")
     parser.add_argument(
         "--global-batch",
         type=_whole(1, lim.MAX_GLOBAL_BATCH),
@@ -252,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_whole(1, lim.MAX_LAYERS),
         default=16,
         help="the search covers interleaves (virtual stages per rank) up to this (default 16)",
+    )
+    plan_cmd.add_argument(
+        "--max-cp",
+        type=_whole(1, lim.MAX_GPUS),
+        default=None,
+        help="the search covers context parallelism up to this (default: sequence chunks of "
+        "at least 1024 tokens, seq_len / 1024)",
     )
     _add_emit_arg(plan_cmd)
 
@@ -584,6 +591,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         time_limit_s=args.time_limit,
         max_micro_batch=args.max_micro_batch,
         max_interleave=args.max_interleave,
+        max_cp=args.max_cp,
     )
     emitted = None
     if args.emit and result.strategy is not None:

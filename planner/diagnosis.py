@@ -31,7 +31,7 @@ from constraints.variables import ModelTooLarge
 from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
-from planner.rules import divisors
+from planner.rules import cp_allowed, divisors
 from planner.search_space import build_search_space
 from planner.solving import SOLVED, decode, minimize_then_fix, solve
 from planner.specs import JobSpec, MemoryTierSpec, ModelSpec, Strategy, SystemSpec
@@ -123,6 +123,14 @@ def pin_conflicts(
             f"pp must divide the GPUs ({gpus}) and layers ({model.layers}); allowed: "
             f"{_listing(pp_ok)}",
         )
+    seq_len = job.seq_len_for(model)
+    cp_ok = [c for c in divisors(gpus) if cp_allowed(c, seq_len)]
+    if "cp" in pins and pins["cp"] not in cp_ok:
+        add(
+            "cp",
+            f"cp must divide the GPUs ({gpus}) and split the sequence ({seq_len}) into 2·cp "
+            f"equal chunks; allowed: {_listing(cp_ok)}",
+        )
     dp_ok = divisors(math.gcd(gpus, job.global_batch))
     if "dp" in pins and pins["dp"] not in dp_ok:
         add(
@@ -148,10 +156,13 @@ def pin_conflicts(
                 "interleave",
                 f"the interleave must divide the layers per stage; allowed: {_listing(allowed)}",
             )
-    if all(k in pins for k in ("tp", "pp", "dp")) and pins["tp"] * pins["pp"] * pins["dp"] != gpus:
-        add("dp", f"tp·pp·dp = {pins['tp'] * pins['pp'] * pins['dp']} must equal the GPUs ({gpus})")
-    elif "tp" in pins and "pp" in pins and gpus % (pins["tp"] * pins["pp"]):
-        add("pp", f"tp·pp = {pins['tp'] * pins['pp']} must divide the GPUs ({gpus})")
+    pinned = [k for k in ("tp", "cp", "pp", "dp") if k in pins]
+    product = math.prod(pins[k] for k in pinned)
+    factors = "·".join(pinned)
+    if len(pinned) == 4 and product != gpus:
+        add("dp", f"{factors} = {product} must equal the GPUs ({gpus})")
+    elif len(pinned) >= 2 and gpus % product:
+        add(pinned[-1], f"{factors} = {product} must divide the GPUs ({gpus})")
     tiers = len(system.memory_tiers) - 1
     for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
         if pins.get(knob, 0) > tiers:
@@ -176,7 +187,7 @@ def diagnose(
     gpus: int,
     pins: dict[str, int],
     plan_fn: Planner,
-    limits: dict[str, int],
+    limits: dict[str, int | None],
     target: PerformanceTarget | None = None,
     fixes: bool = True,
     time_limit_s: float = 60.0,
@@ -223,7 +234,7 @@ class _Session:
     ctx: CostContext
     gpus: int
     pins: dict[str, int]
-    limits: dict[str, int]
+    limits: dict[str, int | None]
     target: PerformanceTarget | None
     plan_fn: Planner
     fixes: bool = True
@@ -473,7 +484,7 @@ class _Session:
         return least * built.needs.unit_bytes / BYTES_PER_GIB, decode(built, solver)
 
     def fewest_gpus(self) -> tuple[int, object, bool] | None:
-        """The fewest GPUs that admit a strategy, with the GPU count tp·pp·dp a decision
+        """The fewest GPUs that admit a strategy, with the GPU count tp·cp·pp·dp a decision
         variable (whole nodes when the problem's count is; bounded by the system's maximum,
         else by scale-up domain × layers × global batch); the plan at that count (the
         fixed-count model finds its fastest strategy much faster); and whether the minimum is

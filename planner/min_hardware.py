@@ -3,7 +3,7 @@
 The quantity is a decision variable of one CP-SAT model, with every cost term that depends on it
 tabulated with it (DESIGN.md §5):
 
-- ``gpus``: tp·pp·dp free (whole nodes, up to the system's maximum or ``max_gpus``), minimised
+- ``gpus``: tp·cp·pp·dp free (whole nodes, up to the system's maximum or ``max_gpus``), minimised
   through a linear log objective;
 - ``hbm`` / ``offload-capacity``: the memory a strategy needs per GPU, a variable bounded by
   the fit family, which the query drops and minimises instead (reported on a 0.1 GiB / 1 GiB
@@ -114,6 +114,7 @@ def min_hardware(
     time_limit_s: float = 60.0,
     max_micro_batch: int = 64,
     max_interleave: int = 16,
+    max_cp: int | None = None,
 ) -> MinHardwareResult:
     """The least ``quantity`` that meets ``target`` (see the module docstring)."""
     started = time.perf_counter()
@@ -122,7 +123,11 @@ def min_hardware(
         raise InputError(f"--minimize {quantity!r}: allowed: {', '.join(QUANTITIES)}")
     target = target or PerformanceTarget()
     pins = dict(pins or {})
-    limits = {"max_micro_batch": max_micro_batch, "max_interleave": max_interleave}
+    limits = {
+        "max_micro_batch": max_micro_batch,
+        "max_interleave": max_interleave,
+        "max_cp": max_cp,
+    }
     if (
         bandwidth_range_gbps is not None
         and not 0 < bandwidth_range_gbps[0] < bandwidth_range_gbps[1]
@@ -171,7 +176,7 @@ class _Query:
     gpus: int | None
     target: PerformanceTarget
     pins: dict[str, int]
-    limits: dict[str, int]
+    limits: dict[str, int | None]
     time_limit_s: float
     max_gpus: int | None
     bandwidth_range: tuple[float, float] | None

@@ -29,10 +29,11 @@ class Ranked:
 def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
     """The rules of planner.rules and constraints/structure.py, vectorised."""
     m, system, job = ctx.model, ctx.system, ctx.job
-    t, p = k["tp"], k["pp"]
-    d = space.gpus // (t * p)
+    t, c, p = k["tp"], k["cp"], k["pp"]
+    d = space.gpus // (t * c * p)
     b, v = k["micro_batch"], k["interleave"]
-    ok = (t * p * d == space.gpus) & (job.global_batch % (d * b) == 0)
+    ok = (t * c * p * d == space.gpus) & (job.global_batch % np.maximum(d * b, 1) == 0)
+    ok &= (c == 1) | (ctx.seq_len % (2 * c) == 0)
     ok &= (m.heads % t == 0) & (m.ffn_hidden % t == 0)
     ok &= (m.kv_heads % t == 0) | (t % m.kv_heads == 0)
     ok &= m.layers % p == 0
@@ -58,7 +59,7 @@ def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> 
         values = {name: inner[:, i] for i, name in enumerate(INNER_KNOBS)}
         values["tp"] = np.full(len(inner), t)
         values["pp"] = np.full(len(inner), p)
-        values["dp"] = np.full(len(inner), space.gpus // (t * p))
+        values["dp"] = space.gpus // (t * p * values["cp"])
         ok = valid_mask(ctx, space, values)
         if not ok.any():
             continue

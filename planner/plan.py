@@ -94,6 +94,7 @@ def plan(
     workers: int = DEFAULT_WORKERS,
     max_micro_batch: int = 64,
     max_interleave: int = 16,
+    max_cp: int | None = None,
     diagnose: bool | str = True,
     target: PerformanceTarget | None = None,
     rank_by: RankBy = "step",
@@ -107,8 +108,10 @@ def plan(
     searching for fixes). ``target`` (a step-time or MFU bound) is one more constraint family.
 
     The space searched: micro-batches dividing the global batch up to ``max_micro_batch``,
-    interleaves up to ``max_interleave``, TP inside one scale-up domain unless the system sets
-    ``tp_across_domain``; ``solver.caps`` names those that left out allowed strategies."""
+    interleaves up to ``max_interleave``, context parallelism up to ``max_cp`` (None: chunks of
+    at least search_space.MIN_CP_CHUNK_TOKENS tokens), TP inside one scale-up domain unless the
+    system sets ``tp_across_domain``; ``solver.caps`` names those that left out allowed
+    strategies."""
     model_spec, system_spec = as_model(model), as_system(system)
     if system_spec.max_gpus is not None and gpus > system_spec.max_gpus:
         raise InputError(
@@ -118,11 +121,17 @@ def plan(
     _check_whole("--top", top, lim.MAX_TOP)
     _check_whole("--max-micro-batch", max_micro_batch, lim.MAX_GLOBAL_BATCH)
     _check_whole("--max-interleave", max_interleave, lim.MAX_LAYERS)
+    if max_cp is not None:
+        _check_whole("--max-cp", max_cp, lim.MAX_GPUS)
     if not 0 < time_limit_s <= lim.MAX_TIME_LIMIT_S:
         raise InputError(f"--time-limit = {time_limit_s!r}: allowed (0, {lim.MAX_TIME_LIMIT_S:g}]")
     ctx = CostContext(model_spec, system_spec, job)
     pins = dict(pins or {})
-    limits = {"max_micro_batch": max_micro_batch, "max_interleave": max_interleave}
+    limits = {
+        "max_micro_batch": max_micro_batch,
+        "max_interleave": max_interleave,
+        "max_cp": max_cp,
+    }
     started = time.perf_counter()
     infeasible = functools.partial(
         _infeasible,

@@ -37,7 +37,7 @@ TIE_TOLERANCE = 1e-4
 the ideal step, so ties are exact ties, not rounding)."""
 MAX_VARIANTS = 4
 """Equivalent variants listed per rank."""
-STRUCTURAL_KNOBS = ("tp", "pp", "dp", "micro_batch", "interleave", "recompute")
+STRUCTURAL_KNOBS = ("tp", "cp", "pp", "dp", "micro_batch", "interleave", "recompute")
 
 
 @dataclass(frozen=True)

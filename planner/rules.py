@@ -17,6 +17,11 @@ def divisors(value: int) -> list[int]:
     return sorted(set(small + [value // d for d in small]))
 
 
+def cp_allowed(cp: int, seq_len: int) -> bool:
+    """Megatron-Core's causal load balancing splits each sequence into 2·cp equal chunks."""
+    return cp == 1 or seq_len % (2 * cp) == 0
+
+
 def _allowed(values: list[int], limit: int = 12) -> str:
     shown = ", ".join(str(v) for v in values[:limit])
     return shown + (", ..." if len(values) > limit else "")
@@ -56,7 +61,7 @@ def strategy_violations(
     if s.interleave > 1:
         problems.extend(_interleave_violations(model, job, s))
     seq_len = job.seq_len_for(model)
-    if s.cp > 1 and seq_len % (2 * s.cp):
+    if not cp_allowed(s.cp, seq_len):
         problems.append(
             f"cp = {s.cp}: the sequence ({seq_len}) must split into 2·cp = {2 * s.cp} equal "
             f"chunks (Megatron-Core's causal load balancing); allowed: "

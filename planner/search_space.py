@@ -3,13 +3,13 @@
 Both the CP-SAT model (constraints/) and the brute-force oracle (planner.oracle) take their
 domains and rules from here, so they search exactly the same space.
 
-Domains come from the problem: tp and pp range over the divisors of the GPU count (pp at most
-the layer count), the
+Domains come from the problem: tp, cp and pp range over the divisors of the GPU count (pp at
+most the layer count; cp splitting the sequence into 2·cp equal chunks, up to ``max_cp``), the
 micro-batch over the divisors of the global batch (up to ``max_micro_batch``), the interleave
-over the divisors of the layer count (up to ``max_interleave``), offload knobs over the system's
-memory tiers. A few knobs have no effect in some corners (sequence parallelism and TP overlap
-with tp = 1; ZeRO and DP overlap with dp = 1); the space keeps one canonical value there, so that
-distinct strategies differ in something that matters.
+over the divisors of the layer count (up to ``max_interleave``), offload knobs over the
+system's memory tiers. A few knobs have no effect in some corners (sequence parallelism and TP
+overlap with tp = 1; ZeRO and DP overlap with dp = 1); the space keeps one canonical value
+there, so that distinct strategies differ in something that matters.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import numpy as np
 import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError
-from planner.rules import divisors
+from planner.rules import cp_allowed, divisors
 from planner.specs import RECOMPUTE_CODES, JobSpec, ModelSpec, Strategy, SystemSpec
 
 KNOBS = (
     "tp",
+    "cp",
     "pp",
     "micro_batch",
     "interleave",
@@ -39,12 +40,13 @@ KNOBS = (
     "dp_overlap",
     "tp_overlap",
 )
-"""The knobs the planner chooses (dp follows from gpus / (tp·pp))."""
+"""The knobs the planner chooses (dp follows from gpus / (tp·cp·pp))."""
 
 PINNABLE = (*KNOBS, "dp")
 
 PIN_LIMITS = {
     "tp": lim.MAX_GPUS,
+    "cp": lim.MAX_GPUS,
     "pp": lim.MAX_LAYERS,
     "dp": lim.MAX_GPUS,
     "micro_batch": lim.MAX_GLOBAL_BATCH,
@@ -60,7 +62,7 @@ PIN_LIMITS = {
 @dataclass(frozen=True)
 class SearchSpace:
     """Knob domains (values, in increasing order) and the user's pins. ``gpus`` fixes the GPU
-    count; None leaves it free (tp·pp·dp a multiple of ``gpu_multiple``, at most
+    count; None leaves it free (tp·cp·pp·dp a multiple of ``gpu_multiple``, at most
     ``max_gpus``), as the minimum-hardware queries need."""
 
     gpus: int | None
@@ -74,7 +76,7 @@ class SearchSpace:
     values; its one-hot knob in ``domains`` ranges over the grid's indices."""
 
     def size(self) -> int:
-        """Points in the product of the knob domains (dp excluded when tp·pp·dp is fixed)."""
+        """Points in the product of the knob domains (dp excluded when tp·cp·pp·dp is fixed)."""
         names = [
             k for k in self.domains if (k != "dp" or self.gpus is None) and k not in self.hardware
         ]
@@ -116,30 +118,34 @@ def build_search_space(
     pins: dict[str, int] | None = None,
     max_micro_batch: int = 64,
     max_interleave: int = 16,
+    max_cp: int | None = None,
     prune: bool = True,
     max_gpus: int | None = None,
     gpu_multiple: int = 1,
 ) -> SearchSpace:
     """Domains for ``gpus`` GPUs. With ``prune``, tp and pp keep only the values the
-    divisibility and placement rules allow (the solver's structural families then cannot fail,
-    and its model is smaller); without, every divisor stays and the rules are left to the
-    constraint families, so that a conflict can be named. A pinned value outside its domain is
-    kept (the solver then reports the conflict) unless it cannot be represented at all. With a
-    flash-attention kernel, selective recompute is the same plan as none and is left out. An
-overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off."""
+        divisibility and placement rules allow (the solver's structural families then cannot fail,
+        and its model is smaller); without, every divisor stays and the rules are left to the
+        constraint families, so that a conflict can be named. A pinned value outside its domain is
+        kept (the solver then reports the conflict) unless it cannot be represented at all. With a
+        flash-attention kernel, selective recompute is the same plan as none and is left out. An
+    overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off."""
     pins = dict(pins or {})
     stack = hardware_catalog.load_stack(job.stack)
+    seq_len = job.seq_len_for(model)
     tiers = tuple(range(len(system.memory_tiers)))
     if gpus is None:
         limit = max_gpus or system.max_gpus
         if not limit:
             raise InputError("a free GPU count needs an upper bound (--max-gpus)")
         tp_values = tuple(t for t in divisors(model.heads * model.kv_heads) if t <= limit)
+        cp_values = tuple(c for c in divisors(seq_len) if c <= limit)
         pp_values = tuple(p for p in divisors(model.layers) if p <= limit)
         dp_values = tuple(d for d in divisors(job.global_batch) if d <= limit)
     else:
         limit = gpus
         tp_values = tuple(divisors(gpus))
+        cp_values = tuple(divisors(gpus))
         pp_values = tuple(p for p in divisors(gpus) if p <= model.layers)
         dp_values = tuple(divisors(math.gcd(gpus, job.global_batch)))
     domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
@@ -154,9 +160,14 @@ overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is o
         prune,
     )
     pp_values = _keep_allowed(pp_values, lambda p: model.layers % p == 0, prune)
+    cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
+    cp_values = _keep_allowed(
+        tuple(c for c in cp_values if c <= cp_limit), lambda c: cp_allowed(c, seq_len), prune
+    )
     recompute = (0, 2) if job.attention == "flash" and "recompute" not in pins else (0, 1, 2)
     domains: dict[str, tuple[int, ...]] = {
         "tp": tp_values,
+        "cp": cp_values,
         "pp": pp_values,
         "dp": dp_values,
         "micro_batch": tuple(b for b in divisors(job.global_batch) if b <= max_micro_batch),
@@ -204,6 +215,21 @@ def _keep_allowed(values: tuple[int, ...], allowed, prune: bool) -> tuple[int, .
     return tuple(sorted(kept))
 
 
+MIN_CP_CHUNK_TOKENS = 1024
+"""Default floor of the sequence chunk a context-parallel rank holds (s/cp): the default
+``max_cp`` is s/1024. Each ring step's K/V transfer hides under the attention of one chunk, which
+shrinks as (s/cp)² while the transfer shrinks as s/cp, so short chunks leave the ring exposed;
+published CP runs use chunks of 4,096 (Llama 3.1 8B–405B at 8k on NeMo, cp 2) to 8,192 tokens
+(Llama 3 405B at 128k, cp 16; Dubey et al. 2024 §3.3.2). The cap is stated with every plan and
+``--max-cp`` moves it: each cp value multiplies the solver's tables (the README's main job solves
+in ~0.2 s with cp ≤ 2, ~1 s with all 11 values up to 1,024)."""
+
+
+def default_max_cp(seq_len: int) -> int:
+    """The largest cp searched by default: chunks of at least MIN_CP_CHUNK_TOKENS."""
+    return max(1, seq_len // MIN_CP_CHUNK_TOKENS)
+
+
 def stated_caps(
     model: ModelSpec,
     system: SystemSpec,
@@ -211,13 +237,19 @@ def stated_caps(
     gpus: int,
     max_micro_batch: int,
     max_interleave: int,
+    max_cp: int | None = None,
 ) -> list[str]:
     """The limits of the searched space that leave out strategies the rules would allow, each
     with the flag or field that moves it: "proven optimal" is proven over this space only."""
     caps = []
     seq_len = job.seq_len_for(model)
-    if any(c > 1 and seq_len % (2 * c) == 0 for c in divisors(gpus)):
-        caps.append("cp = 1 (context parallelism is evaluated, `evaluate --cp`, not yet searched)")
+    cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
+    cut = [c for c in divisors(gpus) if c > cp_limit and cp_allowed(c, seq_len)]
+    if cut:
+        caps.append(
+            f"cp ≤ {cp_limit} (--max-cp; chunks of ≥ {seq_len // cp_limit} tokens; leaves out "
+            f"{cut[0]}, …)"
+        )
     cut = [b for b in divisors(job.global_batch) if b > max_micro_batch]
     if cut:
         caps.append(f"micro-batch ≤ {max_micro_batch} (--max-micro-batch; leaves out {cut[0]}, …)")
@@ -266,6 +298,7 @@ def strategy_from_values(values: dict[str, int]) -> Strategy:
     names = {code: name for name, code in RECOMPUTE_CODES.items()}
     return Strategy(
         tp=values["tp"],
+        cp=values["cp"],
         pp=values["pp"],
         dp=values["dp"],
         micro_batch=values["micro_batch"],

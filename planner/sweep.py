@@ -161,6 +161,7 @@ def scenarios(study: Study) -> Iterator[dict[str, Any]]:
 def system_variant(system: SystemSpec, scenario: dict[str, Any]) -> SystemSpec:
     """The system with the scenario's hardware overrides."""
     from constraints.tables import with_bandwidth  # the solver's package: only when sweeping
+
     if "hbm_gib" in scenario:
         system = _capacity(system, 0, scenario["hbm_gib"])
     if "offload_gib" in scenario or "offload_gbps" in scenario:

@@ -366,7 +366,8 @@ def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     payload = json.loads(out)
     assert payload["status"] == "optimal"
-    assert payload["strategy"]["tp"] * payload["strategy"]["pp"] * payload["strategy"]["dp"] == 64
+    strategy = payload["strategy"]
+    assert strategy["tp"] * strategy["cp"] * strategy["pp"] * strategy["dp"] == 64
     for key in ("wall_time_s", "objective_step_s", "bound_step_s", "gap"):
         assert key in payload["solver"]
     assert payload["estimate"]["step_time_s"] == pytest.approx(
@@ -381,6 +382,30 @@ def test_plan_pins_and_tables(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, *PLAN, "--pin", "tp=2", "--pin", "recompute=full")
     assert code == 0
     assert "proven optimal" in out and "tp=2" in out and "full" in out
+
+
+def test_plan_searches_context_parallelism_under_a_stated_cap(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--max-cp bounds the searched cp; the JSON names the cap; a pinned cp is honoured."""
+    code, out, _ = run(capsys, *PLAN, "--max-cp", "1", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["strategy"]["cp"] == 1
+    assert any(cap.startswith("cp ≤ 1 (--max-cp") for cap in payload["solver"]["caps"])
+    code, out, _ = run(capsys, *PLAN, "--pin", "cp=2", "--json")
+    assert code == 0 and json.loads(out)["strategy"]["cp"] == 2
+    code, out, _ = run(capsys, *PLAN, "--pin", "cp=2")
+    assert code == 0 and "cp=2" in out
+
+
+def test_plan_cp_pin_that_cannot_split_the_sequence_exits_3(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, *PLAN, "--seq-len", "3000", "--pin", "cp=8", "--json")
+    assert code == 3
+    conflicts = json.loads(out)["diagnosis"]["conflicts"]
+    assert any(c["family"] == "pin:cp" and "2·cp" in c["detail"] for c in conflicts)
 
 
 def test_plan_infeasible_exits_3_with_conflict(capsys: pytest.CaptureFixture[str]) -> None:
@@ -406,6 +431,8 @@ def test_plan_infeasible_exits_3_with_conflict(capsys: pytest.CaptureFixture[str
         ([*PLAN, "--pin", "tpp=2"], "expected KNOB=VALUE"),
         ([*PLAN, "--pin", "recompute=most"], "recompute is one of"),
         ([*PLAN, "--top", "0"], "outside the allowed range 1..100"),
+        ([*PLAN, "--max-cp", "0"], "--max-cp"),
+        ([*PLAN, "--pin", "cp=x"], "cp takes a whole number"),
         (PLAN[:5] + PLAN[7:], "plan needs --gpus"),
     ],
 )

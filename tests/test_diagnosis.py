@@ -32,7 +32,7 @@ SCENARIOS = {
     "batch too small for the GPU count": (
         "gpt3-1.3b",
         "dgx-h100",
-        128,
+        256,
         1,
         {},
         None,
@@ -113,7 +113,7 @@ SCENARIOS = {
     "pp pin forcing TP across nodes": (
         "gpt3-1.3b",
         "dgx-h100",
-        16,
+        32,
         7,
         {"pp": 1},
         None,

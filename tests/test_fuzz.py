@@ -76,7 +76,7 @@ STRATEGY_FLAGS = {
     "--offload-activations": NUMBERS,
     "--offload-optimizer": NUMBERS,
 }
-PIN_KNOBS = ("tp", "pp", "dp", "micro_batch", "zero_stage", "recompute", "x")
+PIN_KNOBS = ("tp", "cp", "pp", "dp", "micro_batch", "zero_stage", "recompute", "x")
 PINS = [f"{k}={v}" for k in PIN_KNOBS for v in ("0", "1", "3", "8", "full", "1e400")]
 PINS += [f"tp={n}" for n in NUMBERS] + ["tp", "=8", "sequence_parallel=maybe"]
 TARGET_FLAGS = {"--max-step-time": NUMBERS, "--min-mfu": NUMBERS}

@@ -80,7 +80,9 @@ def problems(draw):
 
 def oracle(model, system, job, gpus, pins=None, top=1):
     ctx = CostContext(model, system, job)
-    space = build_search_space(model, system, job, gpus, pins, max_micro_batch=8, max_interleave=4)
+    space = build_search_space(
+        model, system, job, gpus, pins, max_micro_batch=8, max_interleave=4, max_cp=4
+    )
     return enumerate_strategies(ctx, space, top)
 
 
@@ -90,7 +92,8 @@ def solve(model, system, job, gpus, pins=None, top=1, rank_by="strategy"):
     original = search_space.build_search_space
 
     def small(*args, **kwargs):
-        return original(*args, **{**kwargs, "max_micro_batch": 8, "max_interleave": 4})
+        limits = {"max_micro_batch": 8, "max_interleave": 4, "max_cp": 4}
+        return original(*args, **{**kwargs, **limits})
 
     search_space_build = pytest.MonkeyPatch()
     search_space_build.setattr("planner.plan.build_search_space", small)
@@ -161,6 +164,7 @@ def test_ranks_by_step_are_the_oracles_distinct_step_times(problem, k) -> None:
     st.sampled_from(
         [
             "tp=2",
+            "cp=2",
             "pp=2",
             "recompute=full",
             "zero_stage=1",
@@ -199,3 +203,24 @@ def test_infeasible_problem_names_conflicting_families() -> None:
     assert result.strategy is None
     assert result.diagnosis is not None
     assert any(c.family == "hbm" for c in result.diagnosis.conflicts)
+
+
+def test_context_parallelism_is_searched_when_nothing_else_can_use_the_gpus() -> None:
+    """2 heads cap tp at 2, 2 layers cap pp at 2, a batch of 2 caps dp at 2: on 16 GPUs only
+    cp = 2 completes the factorization. Solver and oracle agree on it."""
+    model = gpt_model(hidden=256, heads=2, layers=2, ffn_hidden=1024, seq_len=4096)
+    system, job = simple_system(), JobSpec(global_batch=2)
+    expected = oracle(model, system, job, 16)
+    result = solve(model, system, job, 16)
+    assert result.status == "optimal" and result.strategy.cp == expected[0].strategy.cp == 2
+    assert result.strategy.gpus == 16
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+
+
+def test_long_context_405b_plan_uses_context_parallelism_and_fits() -> None:
+    """Issue 12's case: Llama 3 405B at 128k tokens on 16,384 H100s with a batch of 128."""
+    job = JobSpec(global_batch=128, seq_len=131072)
+    result = plan("llama3-405b", "dgx-h100", job, 16384)
+    assert result.status == "optimal"
+    assert result.strategy.cp > 1 and result.strategy.gpus == 16384
+    assert result.estimate.fits and result.estimate.memory_gib["hbm"]["headroom"] >= 0
