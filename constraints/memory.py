@@ -1,11 +1,14 @@
 """Memory-fit families: HBM per GPU, and the capacity of each offload tier, for the first and
 the last pipeline stage (planner/cost/memory.py's stage_memory, re-expressed in the
-problem's memory unit, 1 KiB unless its scale needs coarser: constraints.tables).
+problem's memory unit, 1 KiB unless its scale needs coarser: constraints.tables). In the
+layouts the solver searches the middle stages equal the first (without its embedding, and with
+fewer micro-batches in flight), so the first bounds them.
 
-First stage, with m = min(n, p) micro-batches in flight and the interleave factor
-f = 1 + (p−1)/(p·v) for v > 1: state + (L/p)·f·m·A_stored + min(3, L/p)·A_working + rebuilt
-+ reserve ≤ usable HBM. Multiplying by p²·v (p for v = 1) makes every coefficient an integer;
-m·A_stored is one AddMultiplicationEquality. The last stage holds one micro-batch and the logits.
+First stage of k blocks, with m = min(n, p) micro-batches in flight and the interleave factor
+f = 1 + (p−1)/(p·v) for v > 1: state + k·f·m·A_stored + min(R, k)·A_working + rebuilt + reserve
+≤ usable HBM (R: the stack's resident offload blocks). Multiplying by p·v for v > 1 makes every
+coefficient an integer; m·A_stored is one AddMultiplicationEquality. The last stage, of its own
+block count, holds one micro-batch and the logits.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ class MemoryNeeds:
 
 
 def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
-    ctx, m, layers = tables.ctx, variables.model, tables.ctx.model.layers
-    state_first, off_first = tables.state(last=False)
-    state_last, off_last = tables.state(last=True)
+    ctx, m = tables.ctx, variables.model
+    state_first, off_first = tables.state("first")
+    state_last, off_last = tables.state("last")
     stored, working, act_tiers, rebuilt = tables.activations()
     logits = tables.logits()
     unit = tables.memory_unit_bytes
@@ -60,21 +63,20 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
     usable_bytes = ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * (1 << 30)
     usable = math.floor(usable_bytes / unit)
 
-    pp_values, v_values = variables.domains["pp"], variables.domains["interleave"]
+    resident = ctx.stack.offload_resident_blocks
     stored_in_flight = product("stored_in_flight", stored)
     hbm_need = need("hbm_need", "hbm", usable)
-    for (a, c), pair in variables.pairs.items():
-        p, v = pp_values[a], v_values[c]
-        scale, act_coef = (p, layers) if v == 1 else (p * p * v, layers * (p * v + p - 1))
-        work_coef = scale // p * min(3 * p, layers)
+    for literals, scale, act_coef, layout in _first_stage_cases(variables):
+        work_coef = scale * min(resident, layout.blocks)
         m.Add(
             scale * (state_first + rebuilt) + act_coef * stored_in_flight + work_coef * working
             <= scale * (hbm_need - reserve)
-        ).OnlyEnforceIf(pair)
-    for p, chosen in zip(pp_values, variables.onehot["pp"], strict=True):
+        ).OnlyEnforceIf(literals)
+    for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
+        k = layout.last
         m.Add(
-            p * (state_last + rebuilt + logits) + layers * stored + min(3 * p, layers) * working
-            <= p * (hbm_need - reserve)
+            state_last + rebuilt + logits + k * stored + min(resident, k) * working
+            <= hbm_need - reserve
         ).OnlyEnforceIf(chosen)
     hbm = variables.family("hbm", f"HBM fit ({ctx.system.hbm.capacity_gib:g} GiB per GPU)")
     if not isinstance(hbm_need, int):
@@ -86,14 +88,12 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
         act_in_flight = product(f"tier{tier}_in_flight", act)
         capacity = math.floor(spec.capacity_gib * (1 << 30) / unit)
         tier_need = need(f"offload{tier}_need", f"offload{tier}", capacity)
-        for (a, c), pair in variables.pairs.items():
-            p, v = pp_values[a], v_values[c]
-            scale, act_coef = (p, layers) if v == 1 else (p * p * v, layers * (p * v + p - 1))
+        for literals, scale, act_coef, _ in _first_stage_cases(variables):
             m.Add(
                 scale * off_first[tier - 1] + act_coef * act_in_flight <= scale * tier_need
-            ).OnlyEnforceIf(pair)
-        for p, chosen in zip(pp_values, variables.onehot["pp"], strict=True):
-            m.Add(p * off_last[tier - 1] + layers * act <= p * tier_need).OnlyEnforceIf(chosen)
+            ).OnlyEnforceIf(literals)
+        for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
+            m.Add(off_last[tier - 1] + layout.last * act <= tier_need).OnlyEnforceIf(chosen)
         family = variables.family(
             f"offload{tier}", f"offload tier {tier} capacity ({spec.capacity_gib:g} GiB)"
         )
@@ -101,3 +101,18 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             m.Add(tier_need <= capacity).OnlyEnforceIf(family)
         offload_needs.append(tier_need)
     return MemoryNeeds(hbm=hbm_need, offload=tuple(offload_needs), unit_bytes=unit)
+
+
+def _first_stage_cases(variables: Variables):
+    """(literals, scale, activation coefficient, layout) per (layout, interleave): the first
+    stage's inequality multiplied by ``scale`` (p·v with interleaving, else 1), its in-flight
+    activations by k·(p·v + p − 1) (k without interleaving)."""
+    layouts, v_values = variables.space.layouts, variables.domains["interleave"]
+    for i, layout in enumerate(layouts):
+        p, k = layout.pp, layout.blocks
+        for c, v in enumerate(v_values):
+            literals = [variables.onehot["layout"][i], variables.onehot["interleave"][c]]
+            if v == 1:
+                yield literals, 1, k, layout
+            elif layout.even and p > 1 and k % v == 0:
+                yield literals, p * v, k * (p * v + p - 1), layout

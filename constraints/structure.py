@@ -5,8 +5,9 @@ the canonical values of knobs that have no effect.
   exponents of q in tp, cp, pp and dp (DESIGN.md §5);
 - batch: global batch = dp·micro_batch·n (n micro-batches per step), the same way over the
   primes of the batch and of the GPU count;
-- divisibility: tp divides heads and ffn_hidden and divides or is a multiple of kv_heads; pp
-  divides layers; the sequence splits into 2·cp equal chunks; with interleaving, n is a
+- divisibility: tp divides heads and ffn_hidden and divides or is a multiple of kv_heads (pp
+  needs a layout of the blocks, SearchSpace.layouts, which a pp beyond the layers lacks); the
+  sequence splits into 2·cp equal chunks; with interleaving, n is a
   multiple of pp (Megatron's interleaved schedule; the pair literals already admit only
   interleaves that divide the layers per stage);
 - placement: a TP group stays inside one scale-up domain unless the system allows otherwise;
@@ -60,7 +61,7 @@ def add_batch(variables: Variables, job: JobSpec) -> None:
 def add_divisibility(variables: Variables, model: ModelSpec, seq_len: int) -> None:
     literal = variables.family(
         "divisibility",
-        "tp | heads, ffn (and kv heads); pp | layers; 2·cp | sequence; micro-batches % pp",
+        "tp | heads, ffn (and kv heads); 2·cp | sequence; micro-batches % pp",
     )
     m = variables.model
     for value, chosen in zip(variables.domains["cp"], variables.onehot["cp"], strict=True):
@@ -70,9 +71,7 @@ def add_divisibility(variables: Variables, model: ModelSpec, seq_len: int) -> No
         kv_ok = model.kv_heads % value == 0 or value % model.kv_heads == 0
         if model.heads % value or model.ffn_hidden % value or not kv_ok:
             m.AddImplication(literal, chosen.Not())
-    for value, chosen in zip(variables.domains["pp"], variables.onehot["pp"], strict=True):
-        if model.layers % value:
-            m.AddImplication(literal, chosen.Not())
+
     interleaved = [
         lit for (_, c), lit in variables.pairs.items() if variables.domains["interleave"][c] > 1
     ]

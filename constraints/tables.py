@@ -11,8 +11,8 @@ A step runs n = B/(d·b) micro-batches. For a fixed GPU count N, n = p·φ with
 φ = B·t·c/(N·b), so a per-step term n·X is p × (a table of φ·X over X's own knobs, which
 always include tp and cp); for a free GPU count the table of n·X takes dp as one more knob.
 Either way no product of variables is needed, and the terms that depend on dp (DP
-communication, model state, the optimizer) are tabulated over (tp, cp, pp) with
-dp = N/(tp·cp·pp), or over (tp, cp, pp, dp).
+communication, model state, the optimizer) are tabulated over (tp, cp, layout) with
+dp = N/(tp·cp·pp), or over (tp, cp, layout, dp); a layout fixes pp and the blocks per stage.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from planner.cost.memory import (
     logits_bytes,
     model_state,
     rebuilt_activation_bytes,
+    stage_params,
 )
 from planner.cost.step import block_pieces, dp_comm_times_s, optimizer_time_s, pp_message_s
 from planner.specs import SystemSpec
@@ -80,9 +81,18 @@ class Grid:
 
 
 def make_grid(variables: Variables, knobs: tuple[str, ...]) -> Grid:
+    """The knobs' values over the product of their domains; a ``layout`` axis also gives the
+    layout's ``pp`` and its ``first`` (= middle) and ``last`` stage blocks."""
     variables.reserve_entries(knobs)
     axes = np.meshgrid(*(np.asarray(variables.domains[k]) for k in knobs), indexing="ij")
-    return Grid(knobs=knobs, arrays=dict(zip(knobs, axes, strict=True)))
+    arrays = dict(zip(knobs, axes, strict=True))
+    if "layout" in arrays:
+        layouts = variables.space.layouts
+        index = arrays["layout"]
+        arrays["pp"] = np.array([x.pp for x in layouts])[index]
+        arrays["first"] = np.array([x.blocks for x in layouts], dtype=float)[index]
+        arrays["last"] = np.array([x.last for x in layouts], dtype=float)[index]
+    return Grid(knobs=knobs, arrays=arrays)
 
 
 @dataclass(frozen=True)
@@ -296,15 +306,23 @@ class TableBuilder:
             pp_power=0,
         )
 
-    def dp_comm(self) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
-        knobs = ("tp", "cp", "pp", *self.dp_axes, "zero_stage", "recompute")
+    def stage_params(self, g: Grid, stage: str) -> np.ndarray:
+        """Parameters per rank of the layout's ``stage`` ("first" or "last"; in the layouts the
+        solver searches the middle stages equal the first, without its embedding, so the first
+        bounds them)."""
+        return stage_params(self.ctx, g["tp"], g["pp"], g[stage], stage).total
+
+    def dp_comm(self, stage: str) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
+        """A stage's DP communication: (after the backward, before the forward, per
+        micro-batch)."""
+        knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
 
         def part(index: int):
             def cost(ctx: CostContext, g: Grid) -> np.ndarray:
                 return dp_comm_times_s(
                     ctx,
+                    self.stage_params(g, stage),
                     g["tp"],
-                    g["pp"],
                     self.data_parallel(g),
                     g["zero_stage"],
                     g["recompute"],
@@ -314,16 +332,15 @@ class TableBuilder:
             return self.evaluate(knobs, cost, ("scale_out_bw",))
 
         names = ("dp_after_backward", "dp_before_forward", "dp_per_micro_batch")
-        return tuple(self.time(name, *part(i)) for i, name in enumerate(names))
+        return tuple(self.time(f"{name}_{stage}", *part(i)) for i, name in enumerate(names))
 
     def optimizer(self) -> cp_model.IntVar:
-        knobs = ("tp", "cp", "pp", *self.dp_axes, "zero_stage", "offload_optimizer")
+        knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "offload_optimizer")
         grid, seconds = self.evaluate(
             knobs,
             lambda ctx, g: optimizer_time_s(
                 ctx,
-                g["tp"],
-                g["pp"],
+                np.maximum(self.stage_params(g, "first"), self.stage_params(g, "last")),
                 self.data_parallel(g),
                 g["zero_stage"],
                 g["offload_optimizer"],
@@ -333,24 +350,22 @@ class TableBuilder:
         )
         return self.time("optimizer", grid, seconds)
 
-    def state(self, last: bool) -> tuple[cp_model.IntVar, list[cp_model.IntVar]]:
-        """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage. Weights
-        are replicated over cp, so the state shards over dp·cp ranks."""
-        g = make_grid(
-            self.variables,
-            ("tp", "cp", "pp", *self.dp_axes, "zero_stage", "offload_weights", "offload_optimizer"),
-        )
+    def state(self, stage: str) -> tuple[cp_model.IntVar, list[cp_model.IntVar]]:
+        """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage ("first"
+        or "last"). Weights are replicated over cp, so the state shards over dp·cp ranks."""
+        knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage")
+        g = make_grid(self.variables, (*knobs, "offload_weights", "offload_optimizer"))
         state = model_state(
             self.ctx,
             g["tp"],
             g["pp"],
+            g[stage],
             self.data_parallel(g) * g["cp"],
             g["zero_stage"],
             g["offload_weights"],
             g["offload_optimizer"],
-            last,
+            stage,
         )
-        stage = "last" if last else "first"
         offloaded = [
             self.memory(f"state_{stage}_tier{tier}", g, sum(items.values()))
             for tier, items in enumerate(state.offloaded, start=1)

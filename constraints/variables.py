@@ -101,6 +101,27 @@ class Variables:
         for c in range(len(self.domains["interleave"])):
             column = [lit for (_, j), lit in self.pairs.items() if j == c]
             self.model.Add(sum(column) == self.onehot["interleave"][c])
+        self.add_layouts()
+
+    def add_layouts(self) -> None:
+        """Each layout fixes pp (the layout literals of a pp sum to its literal); interleaving
+        needs the even layout (Megatron's virtual stages split equal stages)."""
+        layouts = self.space.layouts
+        for a, p in enumerate(self.domains["pp"]):
+            mine = [
+                lit
+                for lit, layout in zip(self.onehot["layout"], layouts, strict=True)
+                if layout.pp == p
+            ]
+            self.model.Add(sum(mine) == self.onehot["pp"][a])
+            even = [
+                lit
+                for lit, layout in zip(self.onehot["layout"], layouts, strict=True)
+                if layout.pp == p and layout.even
+            ]
+            for (i, c), pair in self.pairs.items():
+                if i == a and self.domains["interleave"][c] > 1:
+                    self.model.AddBoolOr([pair.Not(), *even])
 
     def always_on(self, name: str) -> bool:
         """Whether family ``name`` will be fixed true in this model (so its bound may be

@@ -41,6 +41,42 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{message} (see `{self.prog} --help`)")
 
 
+def _stage_layers(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated whole numbers, one '...' allowed (expanded against
+    --pp in _strategy)."""
+    parts = tuple(part.strip() for part in text.split(","))
+    count = _whole(1, lim.MAX_LAYERS)
+    if (
+        parts.count("...") > 1
+        or parts[0] == "..."
+        or not all(part == "..." or part.isdigit() for part in parts)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected whole numbers separated by commas, e.g. 5,6,...,6,5"
+        )
+    for part in parts:
+        if part != "...":
+            count(part)
+    return parts
+
+
+def _expand_stage_layers(parts: tuple[str, ...] | None, pp: int) -> tuple[int, ...] | None:
+    """5,6,...,6,5 with pp = 12 → (5, 6 × 10, 5): the entry before '...' fills the gap."""
+    if parts is None:
+        return None
+    if "..." not in parts:
+        return tuple(int(part) for part in parts)
+    cut = parts.index("...")
+    head = [int(part) for part in parts[:cut]]
+    tail = [int(part) for part in parts[cut + 1 :]]
+    fill = pp - len(head) - len(tail)
+    if fill < 0:
+        raise InputError(
+            f"--stage-layers {','.join(parts)}: {len(head) + len(tail)} stages given, --pp {pp}"
+        )
+    return tuple(head + [head[-1]] * fill + tail)
+
+
 def _whole(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number in [low, high] (planner.limits states the ranges)."""
 
@@ -157,6 +193,13 @@ def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="virtual pipeline stages per rank",
     )
+    parser.add_argument(
+        "--stage-layers",
+        type=_stage_layers,
+        metavar="N,N,...",
+        help="blocks per pipeline stage, first to last (e.g. 5,6,...,6,5: the stage before "
+        "the ellipsis repeats to fill --pp stages; default: layers / pp on each)",
+    )
     parser.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
     parser.add_argument("--sequence-parallel", action="store_true")
     parser.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], default=0)
@@ -250,8 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan_cmd.add_argument(
         "--max-interleave",
         type=_whole(1, lim.MAX_LAYERS),
-        default=16,
-        help="the search covers interleaves (virtual stages per rank) up to this (default 16)",
+        default=None,
+        help="the search covers interleaves (virtual stages per rank) up to this (default: "
+        "every interleave that divides the blocks per stage)",
     )
     plan_cmd.add_argument(
         "--max-cp",
@@ -259,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the search covers context parallelism up to this (default: sequence chunks of "
         "at least 1024 tokens, seq_len / 1024)",
+    )
+    plan_cmd.add_argument(
+        "--max-stage-skew",
+        type=_whole(0, lim.MAX_LAYERS),
+        default=4,
+        help="the search covers layouts whose last pipeline stage holds up to this many blocks "
+        "fewer than the others (default 4)",
     )
     _add_emit_arg(plan_cmd)
 
@@ -400,6 +451,7 @@ def _strategy(args: argparse.Namespace) -> Strategy:
         offload_optimizer=args.offload_optimizer,
         dp_overlap=not args.no_dp_overlap,
         tp_overlap=args.tp_overlap,
+        stage_layers=_expand_stage_layers(args.stage_layers, args.pp),
     )
 
 
@@ -592,6 +644,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         max_micro_batch=args.max_micro_batch,
         max_interleave=args.max_interleave,
         max_cp=args.max_cp,
+        max_stage_skew=args.max_stage_skew,
     )
     emitted = None
     if args.emit and result.strategy is not None:

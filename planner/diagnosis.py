@@ -32,7 +32,7 @@ from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.rules import cp_allowed, divisors
-from planner.search_space import build_search_space
+from planner.search_space import build_search_space, stage_layouts
 from planner.solving import SOLVED, decode, minimize_then_fix, solve
 from planner.specs import JobSpec, MemoryTierSpec, ModelSpec, Strategy, SystemSpec
 
@@ -116,12 +116,12 @@ def pin_conflicts(
             )
             + f"; allowed: {_listing(tp_ok)}",
         )
-    pp_ok = [p for p in divisors(gpus) if model.layers % p == 0]
+    pp_ok = [p for p in divisors(gpus) if stage_layouts(model.layers, p)]
     if "pp" in pins and pins["pp"] not in pp_ok:
         add(
             "pp",
-            f"pp must divide the GPUs ({gpus}) and layers ({model.layers}); allowed: "
-            f"{_listing(pp_ok)}",
+            f"pp must divide the GPUs ({gpus}) and leave every stage at least one of the "
+            f"{model.layers} layers; allowed: {_listing(pp_ok)}",
         )
     seq_len = job.seq_len_for(model)
     cp_ok = [c for c in divisors(gpus) if cp_allowed(c, seq_len)]
@@ -402,13 +402,14 @@ class _Session:
         if family == "divisibility":
             m = ctx.model
             tp_ok = [t for t in divisors(self.gpus) if m.heads % t == 0 and m.ffn_hidden % t == 0]
-            pp_ok = [p for p in divisors(self.gpus) if m.layers % p == 0]
+            seq_len = ctx.job.seq_len_for(m)
+            cp_ok = [c for c in divisors(self.gpus) if cp_allowed(c, seq_len)]
             return Conflict(
                 family=family,
                 label=label,
                 detail=(
-                    f"heads {m.heads}, kv_heads {m.kv_heads}, ffn {m.ffn_hidden} and layers "
-                    f"{m.layers} allow tp in {{{_listing(tp_ok)}}} and pp in {{{_listing(pp_ok)}}}"
+                    f"heads {m.heads}, kv_heads {m.kv_heads} and ffn {m.ffn_hidden} allow tp in "
+                    f"{{{_listing(tp_ok)}}}, the sequence {seq_len} cp in {{{_listing(cp_ok)}}}"
                     f" on {self.gpus} GPUs (and interleaving needs micro-batches % pp = 0)"
                 ),
             )
@@ -641,8 +642,7 @@ def _with_tier(system: SystemSpec, index: int, capacity_gib: float) -> SystemSpe
 
 def _hbm_items(ctx: CostContext, strategy: Strategy) -> str:
     terms = evaluate_terms(ctx, Knobs.from_strategy(strategy))
-    first, last = terms.first_stage, terms.last_stage
-    stage = first if float(first.hbm_total) >= float(last.hbm_total) else last
+    stage = max(terms.stages, key=lambda s: float(s.hbm_total))
     return ", ".join(
         f"{name} {float(value) / BYTES_PER_GIB:.1f}"
         for name, value in stage.items().items()

@@ -52,16 +52,17 @@ def _scalar(value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
-def _stage_name(stage: StageMemory, first: StageMemory) -> str:
-    return "first" if stage is first else "last"
+def _most_loaded(terms: StepTerms, load) -> tuple[str, StageMemory]:
+    """(name, memory) of the stage with the largest ``load(stage)``; the first on ties."""
+    named = zip(("first", "middle", "last"), terms.stages, strict=True)
+    return max(named, key=lambda item: _scalar(load(item[1])))
 
 
 def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list[str]) -> Estimate:
     """Turn the cost model's terms for a single strategy into an Estimate."""
-    first, last = terms.first_stage, terms.last_stage
-    stage = first if _scalar(first.hbm_total) >= _scalar(last.hbm_total) else last
+    name, stage = _most_loaded(terms, lambda s: s.hbm_total)
     memory: dict[str, dict[str, float]] = {}
-    stages = {"hbm": _stage_name(stage, first)}
+    stages = {"hbm": name}
     overflows: list[str] = []
     hbm = ctx.system.hbm
     usable = hbm.capacity_gib * ctx.job.hbm_usable_fraction
@@ -83,13 +84,13 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
     for index, tier in enumerate(ctx.system.offload_tiers, start=1):
         # Each tier's rows come from the stage that loads that tier most (not necessarily the
         # one that loads HBM most), so that the rows add up to the tier's total.
-        loaded = max(first, last, key=lambda s: _scalar(s.offloaded[index - 1]))
+        loaded_name, loaded = _most_loaded(terms, lambda s, i=index: s.offloaded[i - 1])
         items = {
             name: _scalar(value) / BYTES_PER_GIB
             for name, value in loaded.offloaded_items[index - 1].items()
         }
         total = _scalar(terms.offload_bytes(index)) / BYTES_PER_GIB
-        stages[f"offload_{index}"] = _stage_name(loaded, first)
+        stages[f"offload_{index}"] = loaded_name
         memory[f"offload_{index}"] = {
             **items,
             "total": total,

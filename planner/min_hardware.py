@@ -113,7 +113,7 @@ def min_hardware(
     bandwidth_range_gbps: tuple[float, float] | None = None,
     time_limit_s: float = 60.0,
     max_micro_batch: int = 64,
-    max_interleave: int = 16,
+    max_interleave: int | None = None,
     max_cp: int | None = None,
 ) -> MinHardwareResult:
     """The least ``quantity`` that meets ``target`` (see the module docstring)."""

@@ -17,7 +17,7 @@ from planner.cost.step import Knobs, evaluate_terms
 from planner.search_space import KNOBS, SearchSpace, canonical_mask, strategy_from_values
 from planner.specs import Strategy
 
-INNER_KNOBS = tuple(k for k in KNOBS if k not in ("tp", "pp"))
+INNER_KNOBS = tuple(k for k in KNOBS if k not in ("tp", "pp", "layout"))
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,9 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
     ok &= (c == 1) | (ctx.seq_len % (2 * c) == 0)
     ok &= (m.heads % t == 0) & (m.ffn_hidden % t == 0)
     ok &= (m.kv_heads % t == 0) | (t % m.kv_heads == 0)
-    ok &= m.layers % p == 0
     n = job.global_batch // np.maximum(d * b, 1)
-    ok &= (v == 1) | ((p > 1) & (m.layers % (p * v) == 0) & (n % p == 0))
+    even = k["first_blocks"] == k["last_blocks"]
+    ok &= (v == 1) | ((p > 1) & even & (k["first_blocks"] % v == 0) & (n % p == 0))
     if not system.tp_across_domain and len(system.network_tiers) > 1:
         ok &= t <= (system.network_tiers[0].domain_gpus or 0)
     ok &= canonical_mask(t, d, k, space.pins, space.domains)
@@ -53,22 +53,25 @@ def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> 
     best_values: list[dict[str, np.ndarray]] = []
     usable_bytes = ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * BYTES_PER_GIB
     inner = np.array(list(itertools.product(*(space.domains[k] for k in INNER_KNOBS))))
-    for t, p in itertools.product(space.domains["tp"], space.domains["pp"]):
+    for t, layout in itertools.product(space.domains["tp"], space.domains["layout"]):
+        p = space.layouts[layout].pp
         if space.gpus % (t * p):
             continue
         values = {name: inner[:, i] for i, name in enumerate(INNER_KNOBS)}
         values["tp"] = np.full(len(inner), t)
         values["pp"] = np.full(len(inner), p)
+        values["layout"] = np.full(len(inner), layout)
+        values["first_blocks"] = np.full(len(inner), space.layouts[layout].blocks)
+        values["middle_blocks"] = values["first_blocks"]
+        values["last_blocks"] = np.full(len(inner), space.layouts[layout].last)
         values["dp"] = space.gpus // (t * p * values["cp"])
         ok = valid_mask(ctx, space, values)
         if not ok.any():
             continue
         values = {name: array[ok] for name, array in values.items()}
-        knobs = Knobs.of(**values)
+        knobs = Knobs.of(**{k: v for k, v in values.items() if k != "layout"})
         terms = evaluate_terms(ctx, knobs)
-        fits = (terms.first_stage.hbm_total <= usable_bytes) & (
-            terms.last_stage.hbm_total <= usable_bytes
-        )
+        fits = terms.hbm_bytes <= usable_bytes
         for tier, spec in enumerate(ctx.system.offload_tiers, start=1):
             fits &= terms.offload_bytes(tier) <= spec.capacity_gib * BYTES_PER_GIB
         if not fits.any():
@@ -85,7 +88,9 @@ def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> 
     return [
         Ranked(
             step_time_s=float(steps[i]),
-            strategy=strategy_from_values({name: int(array[i]) for name, array in merged.items()}),
+            strategy=strategy_from_values(
+                {name: int(array[i]) for name, array in merged.items()}, space
+            ),
         )
         for i in order
     ]

@@ -26,7 +26,12 @@ from planner.errors import InputError
 from planner.estimate import Estimate, build_estimate
 from planner.ranking import Rank, RankBy, rank
 from planner.rules import strategy_warnings
-from planner.search_space import SearchSpace, build_search_space, stated_caps
+from planner.search_space import (
+    DEFAULT_MAX_STAGE_SKEW,
+    SearchSpace,
+    build_search_space,
+    stated_caps,
+)
 from planner.solving import DEFAULT_WORKERS, SOLVED, decode, solve
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -93,8 +98,9 @@ def plan(
     time_limit_s: float = 60.0,
     workers: int = DEFAULT_WORKERS,
     max_micro_batch: int = 64,
-    max_interleave: int = 16,
+    max_interleave: int | None = None,
     max_cp: int | None = None,
+    max_stage_skew: int = DEFAULT_MAX_STAGE_SKEW,
     diagnose: bool | str = True,
     target: PerformanceTarget | None = None,
     rank_by: RankBy = "step",
@@ -108,10 +114,11 @@ def plan(
     searching for fixes). ``target`` (a step-time or MFU bound) is one more constraint family.
 
     The space searched: micro-batches dividing the global batch up to ``max_micro_batch``,
-    interleaves up to ``max_interleave``, context parallelism up to ``max_cp`` (None: chunks of
-    at least search_space.MIN_CP_CHUNK_TOKENS tokens), TP inside one scale-up domain unless the
-    system sets ``tp_across_domain``; ``solver.caps`` names those that left out allowed
-    strategies."""
+    interleaves up to ``max_interleave`` (None: every divisor of the blocks per stage), context
+    parallelism up to ``max_cp`` (None: chunks of at least search_space.MIN_CP_CHUNK_TOKENS
+    tokens), stage layouts whose last stage is at most ``max_stage_skew`` blocks lighter, TP
+    inside one scale-up domain unless the system sets ``tp_across_domain``; ``solver.caps``
+    names those that left out allowed strategies."""
     model_spec, system_spec = as_model(model), as_system(system)
     if system_spec.max_gpus is not None and gpus > system_spec.max_gpus:
         raise InputError(
@@ -120,9 +127,12 @@ def plan(
     _check_whole("--gpus", gpus, lim.MAX_GPUS)
     _check_whole("--top", top, lim.MAX_TOP)
     _check_whole("--max-micro-batch", max_micro_batch, lim.MAX_GLOBAL_BATCH)
-    _check_whole("--max-interleave", max_interleave, lim.MAX_LAYERS)
+    if max_interleave is not None:
+        _check_whole("--max-interleave", max_interleave, lim.MAX_LAYERS)
     if max_cp is not None:
         _check_whole("--max-cp", max_cp, lim.MAX_GPUS)
+    if not isinstance(max_stage_skew, int) or not 0 <= max_stage_skew <= lim.MAX_LAYERS:
+        raise InputError(f"--max-stage-skew = {max_stage_skew!r}: allowed 0..{lim.MAX_LAYERS}")
     if not 0 < time_limit_s <= lim.MAX_TIME_LIMIT_S:
         raise InputError(f"--time-limit = {time_limit_s!r}: allowed (0, {lim.MAX_TIME_LIMIT_S:g}]")
     ctx = CostContext(model_spec, system_spec, job)
@@ -131,6 +141,7 @@ def plan(
         "max_micro_batch": max_micro_batch,
         "max_interleave": max_interleave,
         "max_cp": max_cp,
+        "max_stage_skew": max_stage_skew,
     }
     started = time.perf_counter()
     infeasible = functools.partial(

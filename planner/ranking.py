@@ -37,7 +37,7 @@ TIE_TOLERANCE = 1e-4
 the ideal step, so ties are exact ties, not rounding)."""
 MAX_VARIANTS = 4
 """Equivalent variants listed per rank."""
-STRUCTURAL_KNOBS = ("tp", "cp", "pp", "dp", "micro_batch", "interleave", "recompute")
+STRUCTURAL_KNOBS = ("tp", "cp", "pp", "layout", "dp", "micro_batch", "interleave", "recompute")
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,9 @@ def _same_structure(
 
 
 def _literals(built: PlanModel, strategy: Strategy, knobs: tuple[str, ...]) -> list:
-    values = Knobs.from_strategy(strategy).as_dict()
-    chosen = [built.variables.is_value(name, int(values[name])) for name in knobs]
+    values = {name: int(value) for name, value in Knobs.from_strategy(strategy).as_dict().items()}
+    values["layout"] = built.variables.space.layout_index(strategy)
+    chosen = [built.variables.is_value(name, values[name]) for name in knobs]
     return [literal for literal in chosen if literal is not None]
 
 

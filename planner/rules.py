@@ -48,10 +48,12 @@ def strategy_violations(
             f"({model.ffn_hidden}) and divide or be a multiple of kv_heads ({model.kv_heads}); "
             f"allowed: {_allowed(tp_ok)}"
         )
-    if model.layers % s.pp:
+    if s.stage_layers is not None:
+        problems.extend(_layout_violations(model, s))
+    elif model.layers % s.pp:
         problems.append(
-            f"pp = {s.pp} must divide layers ({model.layers}); "
-            f"allowed: {_allowed(divisors(model.layers))}"
+            f"pp = {s.pp} must divide layers ({model.layers}) unless stage_layers states the "
+            f"blocks per stage (--stage-layers); allowed: {_allowed(divisors(model.layers))}"
         )
     if job.global_batch % (s.dp * s.micro_batch):
         problems.append(
@@ -76,8 +78,27 @@ def strategy_violations(
     return problems
 
 
+def _layout_violations(model: ModelSpec, s: Strategy) -> list[str]:
+    """Megatron's layouts: pp stages holding all the blocks, the first and the last stage free,
+    the stages between them equal."""
+    layers = s.stage_layers or ()
+    text = ",".join(map(str, layers))
+    if len(layers) != s.pp:
+        return [f"stage_layers = {text}: {len(layers)} stages, pp = {s.pp}"]
+    if sum(layers) != model.layers:
+        return [f"stage_layers = {text}: {sum(layers)} blocks, the model has {model.layers}"]
+    if len(set(layers[1:-1])) > 1:
+        return [
+            f"stage_layers = {text}: the stages between the first and the last must be equal "
+            "(Megatron's --decoder-first/last-pipeline-num-layers)"
+        ]
+    return []
+
+
 def _interleave_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:
     problems = []
+    if s.stage_layers is not None and len(set(s.stage_layers)) > 1:
+        problems.append(f"interleave = {s.interleave} needs equal stages (stage_layers unset)")
     if s.pp == 1:
         problems.append(f"interleave = {s.interleave} needs pp > 1")
     elif model.layers % s.pp == 0 and (model.layers // s.pp) % s.interleave:

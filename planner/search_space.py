@@ -29,6 +29,7 @@ KNOBS = (
     "tp",
     "cp",
     "pp",
+    "layout",
     "micro_batch",
     "interleave",
     "recompute",
@@ -40,9 +41,10 @@ KNOBS = (
     "dp_overlap",
     "tp_overlap",
 )
-"""The knobs the planner chooses (dp follows from gpus / (tp·cp·pp))."""
+"""The knobs the planner chooses (dp follows from gpus / (tp·cp·pp); ``layout`` indexes
+SearchSpace.layouts, the blocks per stage, and fixes pp)."""
 
-PINNABLE = (*KNOBS, "dp")
+PINNABLE = (*(k for k in KNOBS if k != "layout"), "dp")
 
 PIN_LIMITS = {
     "tp": lim.MAX_GPUS,
@@ -60,6 +62,48 @@ PIN_LIMITS = {
 
 
 @dataclass(frozen=True)
+class Layout:
+    """A pipeline layout: pp stages, the first pp − 1 with ``blocks`` blocks each and the last
+    with ``last`` (≤ blocks): Megatron's ``--decoder-last-pipeline-num-layers``."""
+
+    pp: int
+    blocks: int
+    last: int
+
+    @property
+    def even(self) -> bool:
+        return self.blocks == self.last
+
+    def stage_layers(self) -> tuple[int, ...] | None:
+        """Strategy.stage_layers: None for an even layout."""
+        return None if self.even else (self.blocks,) * (self.pp - 1) + (self.last,)
+
+
+DEFAULT_MAX_STAGE_SKEW = 4
+"""Default of ``max_stage_skew``: the last stage holds at most 4 blocks fewer than the others.
+A lighter last stage pays for the LM head (its time is V/(12·h) blocks' worth: 0.35 for GPT-3
+175B, 2.6 for Llama 3 8B) and its logits; each further block of skew moves 1/(p − 1) block onto
+every other stage, slower and fuller. The cap keeps the layouts per pp to a few (without it,
+pp = 2 alone has L/2) and is stated with every plan that it cuts."""
+
+
+def stage_layouts(layers: int, pp: int, max_skew: int | None = None) -> list[Layout]:
+    """The layouts of ``layers`` blocks over pp stages with the last stage no heavier than the
+    others and at most ``max_skew`` blocks lighter (None: any; but the layout that pp not dividing
+    the layers forces is always kept): blocks from ⌈L/p⌉ while the last keeps at least one. A
+    lighter last stage balances the LM head against blocks; pp need not divide the layers."""
+    if pp == 1:
+        return [Layout(1, layers, layers)]
+    layouts = [
+        Layout(pp, blocks, layers - (pp - 1) * blocks)
+        for blocks in range(-(-layers // pp), (layers - 1) // (pp - 1) + 1)
+    ]
+    if max_skew is None:
+        return layouts
+    return layouts[:1] + [x for x in layouts[1:] if x.blocks - x.last <= max_skew]
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     """Knob domains (values, in increasing order) and the user's pins. ``gpus`` fixes the GPU
     count; None leaves it free (tp·cp·pp·dp a multiple of ``gpu_multiple``, at most
@@ -74,11 +118,24 @@ class SearchSpace:
     hardware: dict[str, tuple[float, ...]] = field(default_factory=dict)
     """Hardware knobs made decisions (constraints.tables.HARDWARE_KNOBS): name → the grid of
     values; its one-hot knob in ``domains`` ranges over the grid's indices."""
+    layouts: tuple[Layout, ...] = ()
+    """The stage layouts the ``layout`` knob indexes."""
+
+    def layout_index(self, strategy: Strategy) -> int:
+        """The index of the strategy's layout in ``layouts`` (-1 if it is not among them)."""
+        wanted = strategy.stage_layers
+        for index, layout in enumerate(self.layouts):
+            if layout.pp == strategy.pp and layout.stage_layers() == wanted:
+                return index
+        return -1
 
     def size(self) -> int:
-        """Points in the product of the knob domains (dp excluded when tp·cp·pp·dp is fixed)."""
+        """Points in the product of the knob domains (dp excluded when tp·cp·pp·dp is fixed;
+        pp counted through the layouts, which fix it)."""
         names = [
-            k for k in self.domains if (k != "dp" or self.gpus is None) and k not in self.hardware
+            k
+            for k in self.domains
+            if (k != "dp" or self.gpus is None) and k not in self.hardware and k != "pp"
         ]
         return int(np.prod([len(self.domains[k]) for k in names], dtype=float))
 
@@ -117,8 +174,9 @@ def build_search_space(
     gpus: int | None,
     pins: dict[str, int] | None = None,
     max_micro_batch: int = 64,
-    max_interleave: int = 16,
+    max_interleave: int | None = None,
     max_cp: int | None = None,
+    max_stage_skew: int = DEFAULT_MAX_STAGE_SKEW,
     prune: bool = True,
     max_gpus: int | None = None,
     gpu_multiple: int = 1,
@@ -159,7 +217,7 @@ def build_search_space(
         ),
         prune,
     )
-    pp_values = _keep_allowed(pp_values, lambda p: model.layers % p == 0, prune)
+    pp_values = _keep_allowed(pp_values, lambda p: bool(stage_layouts(model.layers, p)), prune)
     cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
     cp_values = _keep_allowed(
         tuple(c for c in cp_values if c <= cp_limit), lambda c: cp_allowed(c, seq_len), prune
@@ -171,7 +229,9 @@ def build_search_space(
         "pp": pp_values,
         "dp": dp_values,
         "micro_batch": tuple(b for b in divisors(job.global_batch) if b <= max_micro_batch),
-        "interleave": tuple(v for v in divisors(model.layers) if v <= max_interleave),
+        "interleave": tuple(
+            v for v in divisors(model.layers) if v < model.layers and v <= (max_interleave or v)
+        ),
         "recompute": recompute,
         "sequence_parallel": (0, 1),
         "zero_stage": (0, 1, 2, 3),
@@ -190,7 +250,12 @@ def build_search_space(
             raise InputError(f"--pin zero_stage={value}: allowed 0..3")
         if value not in domains[name]:
             domains[name] = tuple(sorted({*domains[name], value}))
+    layouts = tuple(
+        layout for p in domains["pp"] for layout in stage_layouts(model.layers, p, max_stage_skew)
+    )
+    domains["layout"] = tuple(range(len(layouts)))
     return SearchSpace(
+        layouts=layouts,
         gpus=gpus,
         layers=model.layers,
         domains=domains,
@@ -236,8 +301,9 @@ def stated_caps(
     job: JobSpec,
     gpus: int,
     max_micro_batch: int,
-    max_interleave: int,
+    max_interleave: int | None,
     max_cp: int | None = None,
+    max_stage_skew: int = DEFAULT_MAX_STAGE_SKEW,
 ) -> list[str]:
     """The limits of the searched space that leave out strategies the rules would allow, each
     with the flag or field that moves it: "proven optimal" is proven over this space only."""
@@ -250,10 +316,22 @@ def stated_caps(
             f"cp ≤ {cp_limit} (--max-cp; chunks of ≥ {seq_len // cp_limit} tokens; leaves out "
             f"{cut[0]}, …)"
         )
+    skewed = [
+        layout
+        for p in divisors(gpus)
+        for layout in stage_layouts(model.layers, p)
+        if layout not in stage_layouts(model.layers, p, max_stage_skew)
+    ]
+    if skewed:
+        caps.append(
+            f"the last pipeline stage at most {max_stage_skew} blocks lighter than the others "
+            f"(--max-stage-skew; leaves out pp {skewed[0].pp} with "
+            f"{skewed[0].blocks},...,{skewed[0].blocks},{skewed[0].last}, …)"
+        )
     cut = [b for b in divisors(job.global_batch) if b > max_micro_batch]
     if cut:
         caps.append(f"micro-batch ≤ {max_micro_batch} (--max-micro-batch; leaves out {cut[0]}, …)")
-    cut = [v for v in divisors(model.layers) if v > max_interleave and v < model.layers]
+    cut = [v for v in divisors(model.layers) if v > (max_interleave or v) and v < model.layers]
     if cut:
         caps.append(f"interleave ≤ {max_interleave} (--max-interleave; leaves out {cut[0]}, …)")
     domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
@@ -293,10 +371,11 @@ def canonical_mask(
     return keep
 
 
-def strategy_from_values(values: dict[str, int]) -> Strategy:
-    """A Strategy from knob values (recompute as its 0/1/2 code)."""
+def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy:
+    """A Strategy from knob values (recompute as its 0/1/2 code, the layout as its index)."""
     names = {code: name for name, code in RECOMPUTE_CODES.items()}
     return Strategy(
+        stage_layers=space.layouts[values["layout"]].stage_layers(),
         tp=values["tp"],
         cp=values["cp"],
         pp=values["pp"],

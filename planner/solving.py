@@ -106,7 +106,7 @@ def _hint(built: PlanModel, solver: cp_model.CpSolver) -> None:
 
 
 def decode(built: PlanModel, solver: cp_model.CpSolver) -> Strategy:
-    return strategy_from_values(built.variables.assignment(solver))
+    return strategy_from_values(built.variables.assignment(solver), built.variables.space)
 
 
 def minimize_then_fix(

@@ -342,6 +342,26 @@ class Strategy(Spec):
     offload_optimizer: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
     dp_overlap: bool = True
     tp_overlap: bool = False
+    stage_layers: tuple[int, ...] | None = None
+    """Blocks on each pipeline stage, first to last (None: layers / pp on every stage).
+    Megatron's layouts: the first and the last stage free (``--decoder-first-pipeline-num-layers``,
+    ``--decoder-last-pipeline-num-layers``), the stages between them equal."""
+
+    @field_validator("stage_layers")
+    @classmethod
+    def _stage_layers_positive(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None and (not value or min(value) < 1 or max(value) > lim.MAX_LAYERS):
+            raise ValueError(f"every stage holds 1..{lim.MAX_LAYERS} blocks")
+        return value
+
+    def stage_blocks(self, layers: int) -> tuple[int, int, int]:
+        """(first, middle, last) stage block counts; middle is the first's when pp ≤ 2."""
+        if self.stage_layers is None:
+            even = layers // self.pp
+            return even, even, even
+        first, last = self.stage_layers[0], self.stage_layers[-1]
+        middle = self.stage_layers[1] if len(self.stage_layers) > 2 else first
+        return first, middle, last
 
     @property
     def gpus(self) -> int:
@@ -363,6 +383,8 @@ class Strategy(Spec):
         parts += [f"pp={self.pp}", f"dp={self.dp}", f"mb={self.micro_batch}"]
         if self.interleave > 1:
             parts.append(f"v={self.interleave}")
+        if self.stage_layers is not None:
+            parts.append("stages=" + _layout_text(self.stage_layers))
         parts.append(self.recompute + ("+SP" if self.sequence_parallel else ""))
         if self.zero_stage:
             parts.append(f"ZeRO-{self.zero_stage}")
@@ -382,3 +404,11 @@ class Strategy(Spec):
         if self.tp_overlap:
             parts.append("tp-overlap")
         return " ".join(parts)
+
+
+def _layout_text(stage_layers: tuple[int, ...]) -> str:
+    """``6,6,...,6,4`` style: the first, the repeated middle (once, with an ellipsis), the last."""
+    if len(stage_layers) <= 4:
+        return ",".join(map(str, stage_layers))
+    first, middle, last = stage_layers[0], stage_layers[1], stage_layers[-1]
+    return f"{first},{middle},...,{middle},{last}"

@@ -60,6 +60,7 @@ def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
         "offload_optimizer": 0,
         "dp_overlap": True,
         "tp_overlap": False,
+        "stage_layers": None,
     }
     estimate = payload["estimate"]
     for key in ("step_time_s", "mfu", "hfu", "tokens_per_s", "breakdown_s", "memory_gib"):
@@ -74,6 +75,38 @@ def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert 0 < estimate["mfu"] <= 1
     assert estimate["tokens_per_s"] == pytest.approx(1536 * 2048 / estimate["step_time_s"])
+
+
+BLOOM = [
+    "evaluate",
+    "--model",
+    "bloom-176b",
+    "--system",
+    "dgx-a100-80g",
+    "--gpus",
+    "384",
+    "--global-batch",
+    "2048",
+    "--tp",
+    "4",
+]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_evaluate_uneven_stages_of_a_70_layer_model(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """BLOOM's 70 layers on 12 stages (issue 12): 5 on the first and last, 6 between."""
+    argv = [*BLOOM, "--pp", "12", "--stage-layers", "5,6,...,6,5", "--micro-batch", "2"]
+    argv += ["--zero-stage", "1", "--sequence-parallel"]
+    code, out, _ = run(capsys, *argv, *(["--json"] if as_json else []))
+    assert code == 0
+    if as_json:
+        payload = json.loads(out)
+        assert payload["strategy"]["stage_layers"] == [5, *[6] * 10, 5]
+        assert payload["estimate"]["memory_stage"]["hbm"] in ("first", "middle", "last")
+    else:
+        assert "stages=5,6,...,6,5" in out
 
 
 def test_evaluate_tables_and_training_time(capsys: pytest.CaptureFixture[str]) -> None:
@@ -325,6 +358,11 @@ def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None
             ],
             "--hbm-usable-fraction",
         ),
+        ([*BLOOM, "--pp", "12", "--stage-layers", "5,x"], "expected whole numbers"),
+        ([*BLOOM, "--pp", "12", "--stage-layers", "5,6,...,6,6"], "71 blocks, the model has 70"),
+        ([*BLOOM, "--pp", "12", "--stage-layers", "5,7,5,...,5,13"], "must be equal"),
+        ([*BLOOM, "--pp", "3", "--stage-layers", "5,6,...,6,5"], "4 stages given, --pp 3"),
+        ([*BLOOM, "--pp", "12"], "unless stage_layers states the blocks per stage"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -397,6 +435,18 @@ def test_plan_searches_context_parallelism_under_a_stated_cap(
     assert code == 0 and json.loads(out)["strategy"]["cp"] == 2
     code, out, _ = run(capsys, *PLAN, "--pin", "cp=2")
     assert code == 0 and "cp=2" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_plan_states_the_stage_skew_cap(capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
+    code, out, _ = run(capsys, *PLAN, "--max-stage-skew", "0", *(["--json"] if as_json else []))
+    assert code == 0
+    if as_json:
+        payload = json.loads(out)
+        assert any("--max-stage-skew" in cap for cap in payload["solver"]["caps"])
+        assert payload["strategy"]["stage_layers"] is None
+    else:
+        assert "--max-stage-skew" in " ".join(out.split())
 
 
 def test_plan_cp_pin_that_cannot_split_the_sequence_exits_3(

@@ -21,6 +21,7 @@ from planner import launch
 from planner.api import as_model, as_system
 from planner.cli import main
 from planner.rules import divisors, strategy_violations
+from planner.search_space import stage_layouts
 from planner.specs import JobSpec, Strategy
 from tests.test_startup import HEAVY, PROBE
 
@@ -43,8 +44,15 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
     """A valid (model, job, strategy) for the format's models on the offload system."""
     model = as_model(draw(st.sampled_from(MODELS[fmt])))
     tp = draw(st.sampled_from([1, 2, 4, 8]))
-    pp = draw(st.sampled_from([p for p in divisors(model.layers) if p <= 8]))
-    interleave = draw(st.sampled_from(divisors(model.layers // pp))) if pp > 1 else 1
+    pp = draw(st.integers(1, 8))
+    assume(stage_layouts(model.layers, pp))
+    uneven = [x for x in stage_layouts(model.layers, pp) if not x.even]
+    if model.layers % pp or (uneven and draw(st.booleans())):
+        layout = draw(st.sampled_from(uneven)).stage_layers()
+        interleave = 1
+    else:
+        layout = None
+        interleave = draw(st.sampled_from(divisors(model.layers // pp))) if pp > 1 else 1
     dp, micro = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2]))
     strategy = Strategy(
         tp=tp,
@@ -61,6 +69,7 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
         offload_optimizer=draw(st.integers(0, 1)),
         dp_overlap=draw(st.booleans()),
         tp_overlap=tp > 1 and draw(st.booleans()),
+        stage_layers=layout,
     )
     job = JobSpec(
         global_batch=dp * micro * pp * draw(st.integers(1, 3)),

@@ -51,14 +51,15 @@ def test_flash_attention_drops_the_score_term() -> None:
 
 def _state(ctx: CostContext, zero: int, dp: int) -> tuple[float, float, float]:
     knobs = Knobs.of(tp=2, pp=2, dp=dp, micro_batch=1, zero_stage=zero).as_dict()
-    memory = stage_memory(ctx, knobs, np.asarray(64 / dp), last=False)
+    blocks = ctx.model.layers / 2
+    memory = stage_memory(ctx, knobs, np.asarray(64 / dp), np.asarray(blocks), "first")
     return float(memory.weights), float(memory.gradients), float(memory.optimizer)
 
 
 def test_zero_stages_shard_the_right_state_by_dp() -> None:
     ctx = materialized_ctx()
     dp = 8
-    params = float(stage_params(ctx, 2, 2, last=False).total)
+    params = float(stage_params(ctx, 2, 2, ctx.model.layers / 2, "first").total)
     w0, g0, o0 = _state(ctx, 0, dp)
     assert (w0, g0, o0) == pytest.approx(
         (2 * params, 4 * params, ctx.optimizer_bytes_per_param * params)
@@ -69,7 +70,7 @@ def test_zero_stages_shard_the_right_state_by_dp() -> None:
     assert (w2, g2, o2) == pytest.approx((w0, g0 / dp, o0 / dp))
     w3, g3, o3 = _state(ctx, 3, dp)
     assert (g3, o3) == pytest.approx((g0 / dp, o0 / dp))
-    block = float(stage_params(ctx, 2, 2, last=False).block)
+    block = float(stage_params(ctx, 2, 2, ctx.model.layers / 2, "first").block)
     gathered = 2 * block * (1 - 1 / dp)  # the current and the prefetched block, gathered
     assert w3 == pytest.approx(2 * (params / dp + gathered))
     assert w3 < w2
@@ -82,7 +83,25 @@ def test_first_stage_holds_p_micro_batches_and_interleave_adds_its_factor() -> N
 
     def first_stage_activations(v: int) -> float:
         knobs = Knobs.of(pp=p, dp=1, micro_batch=1, interleave=v, recompute=1).as_dict()
-        return float(stage_memory(ctx, knobs, np.asarray(64.0), last=False).activations)
+        blocks = np.asarray(layers / p)
+        return float(stage_memory(ctx, knobs, np.asarray(64.0), blocks, "first").activations)
 
     assert first_stage_activations(1) == pytest.approx(layers / p * per_block * p)
     assert first_stage_activations(2) == pytest.approx(layers * per_block * (1 + (p - 1) / (p * 2)))
+
+
+def test_uneven_stages_put_the_most_activations_where_blocks_times_in_flight_peaks() -> None:
+    """5,6,...,6,5 on 12 stages: the second stage (6 blocks, 11 in flight) out-stores the first
+    (5 blocks, 12 in flight); the HBM need is the most loaded of the three stage kinds."""
+    from planner.cost.step import evaluate_terms
+    from planner.specs import Strategy
+
+    ctx = CostContext(gpt_model(layers=70), simple_system(), JobSpec(global_batch=64))
+    layout = (5, *[6] * 10, 5)
+    strategy = Strategy(pp=12, micro_batch=1, dp=1, stage_layers=layout)
+    terms = evaluate_terms(ctx, Knobs.from_strategy(strategy))
+    per_block = float(block_activation_bytes(ctx, 1, 1, 0, False))
+    assert float(terms.first_stage.activations) == pytest.approx(5 * 12 * per_block)
+    assert float(terms.middle_stage.activations) == pytest.approx(6 * 11 * per_block)
+    totals = [float(stage.hbm_total) for stage in terms.stages]
+    assert float(terms.hbm_bytes) == pytest.approx(max(totals))

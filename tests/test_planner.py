@@ -23,7 +23,7 @@ table entry); 10^-4 leaves room for the sum of roundings."""
 def problems(draw):
     heads = draw(st.sampled_from([4, 8, 12, 16]))
     head_dim = draw(st.sampled_from([32, 64]))
-    layers = draw(st.sampled_from([2, 4, 6, 8, 12]))
+    layers = draw(st.sampled_from([2, 4, 6, 7, 8, 12]))
     model = gpt_model(
         hidden=heads * head_dim,
         heads=heads,
@@ -224,3 +224,18 @@ def test_long_context_405b_plan_uses_context_parallelism_and_fits() -> None:
     assert result.status == "optimal"
     assert result.strategy.cp > 1 and result.strategy.gpus == 16384
     assert result.estimate.fits and result.estimate.memory_gib["hbm"]["headroom"] >= 0
+
+
+def test_plan_lays_blocks_unevenly_when_pp_does_not_divide_the_layers() -> None:
+    """7 layers, tp ≤ 2 (2 heads), dp = 1 (a batch of 1) on 8 GPUs: tp·cp·pp = 8 with cp ≤ 1
+    (512 tokens) needs pp = 4, whose layouts are 2,2,2,1 only. Solver and oracle agree."""
+    model = gpt_model(hidden=256, heads=2, layers=7, ffn_hidden=1024, seq_len=512)
+    system, job = simple_system(), JobSpec(global_batch=1)
+    ctx = CostContext(model, system, job)
+    space = build_search_space(model, system, job, 8, max_cp=1)
+    expected = enumerate_strategies(ctx, space)
+    result = plan(model, system, job, 8, max_cp=1)
+    assert result.status == "optimal"
+    assert result.strategy.pp == 4 and result.strategy.stage_layers == (2, 2, 2, 1)
+    assert expected[0].strategy.stage_layers == (2, 2, 2, 1)
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)

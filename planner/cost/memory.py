@@ -1,5 +1,5 @@
 """Memory per GPU: activations (Korthikanti et al. 2022) and model state (ZeRO, Rajbhandari
-et al. 2020), for the first and the last pipeline stage.
+et al. 2020), for the first, the middle and the last pipeline stage.
 
 Activations stored per block per micro-batch, in bytes (16-bit activations, 1-byte dropout masks),
 generalised from Korthikanti et al. §4 to grouped-query attention (k KV heads) and SwiGLU:
@@ -62,14 +62,18 @@ def block_activation_bytes(
 
 
 def in_flight_micro_batches(
-    pp: ArrayLike, interleave: ArrayLike, micro_batches: ArrayLike
+    ahead: ArrayLike,
+    interleave: ArrayLike,
+    micro_batches: ArrayLike,
+    pp: ArrayLike | None = None,
 ) -> np.ndarray:
-    """Micro-batches whose activations the first stage holds at once under 1F1B: min(n, p),
-    times 1 + (p − 1)/(p·v) with the interleaved schedule (Korthikanti et al. §4.2.3)."""
-    p = np.asarray(pp, dtype=float)
+    """Micro-batches whose activations a stage with ``ahead`` stages from it to the end (p for
+    the first) holds at once under 1F1B: min(n, ahead), times 1 + (p − 1)/(p·v) with the
+    interleaved schedule (Korthikanti et al. §4.2.3)."""
+    p = np.asarray(ahead if pp is None else pp, dtype=float)
     v = np.asarray(interleave, dtype=float)
     factor = np.where(v > 1, 1 + (p - 1) / (p * v), 1.0)
-    return np.minimum(np.asarray(micro_batches, dtype=float), p) * factor
+    return np.minimum(np.asarray(micro_batches, dtype=float), np.asarray(ahead)) * factor
 
 
 @dataclass(frozen=True)
@@ -96,19 +100,28 @@ def block_params_per_rank(ctx: CostContext, tp: ArrayLike) -> np.ndarray:
     return (m.block_params + m.hidden * replicated_kv) / t
 
 
-def stage_params(ctx: CostContext, tp: ArrayLike, pp: ArrayLike, last: bool) -> StageParams:
-    """Parameters per rank on the first (``last=False``) or last pipeline stage.
+STAGES = ("first", "middle", "last")
+"""Stage kinds of a pipeline: Megatron's layouts have a free first and last stage and equal
+stages between them, so the three kinds cover every stage."""
+
+
+def stage_params(
+    ctx: CostContext, tp: ArrayLike, pp: ArrayLike, blocks: ArrayLike, stage: str
+) -> StageParams:
+    """Parameters per rank on a ``stage`` ("first", "middle" or "last") of ``blocks`` blocks.
 
     The first stage holds the input embedding, the last the LM head (a tied copy when p > 1, as
-    Megatron does). With p = 1 the one stage holds both (one matrix when tied)."""
+    Megatron does) and the final norm, the middle stages blocks only. With p = 1 the one stage
+    holds both (one matrix when tied)."""
     m = ctx.model
     t = np.asarray(tp, dtype=float)
     p = np.asarray(pp, dtype=float)
     block = block_params_per_rank(ctx, tp)
     matrix = m.vocab * m.hidden / t
     single_stage = matrix * (1 if m.tied_embeddings else 2)
-    extra = np.where(p == 1, single_stage, matrix) + (2 * m.hidden if last else 0)
-    return StageParams(blocks=block * m.layers / p, block=block, extra=extra)
+    own = {"first": matrix, "middle": 0.0 * matrix, "last": matrix + 2 * m.hidden}[stage]
+    extra = np.where(p == 1, single_stage + (2 * m.hidden if stage == "last" else 0), own)
+    return StageParams(blocks=block * np.asarray(blocks, dtype=float), block=block, extra=extra)
 
 
 @dataclass(frozen=True)
@@ -167,13 +180,14 @@ def model_state(
     ctx: CostContext,
     tp: ArrayLike,
     pp: ArrayLike,
+    blocks: ArrayLike,
     dp: ArrayLike,
     zero_stage: ArrayLike,
     offload_weights: ArrayLike,
     offload_optimizer: ArrayLike,
-    last: bool,
+    stage: str,
 ) -> ModelState:
-    """Model state of the first (``last=False``) or last stage.
+    """Model state of a ``stage`` of ``blocks`` blocks.
 
     Per rank: weights e·P, gradients g·P, optimizer o·P (the stack's bytes per parameter, 12
     for fp32 master weights and two moments); ZeRO-1 divides the optimizer by d, ZeRO-2 also
@@ -184,8 +198,8 @@ def model_state(
     e, g = ACTIVATION_BYTES, ctx.grad_bytes
     d = np.asarray(dp, dtype=float)
     zero = np.asarray(zero_stage)
-    params = stage_params(ctx, tp, pp, last)
-    blocks_per_stage = ctx.model.layers / np.asarray(pp, dtype=float)
+    params = stage_params(ctx, tp, pp, blocks, stage)
+    blocks_per_stage = np.asarray(blocks, dtype=float)
 
     weight_shard = np.where((zero >= 3) & (d > 1), 1 / d, 1.0)
     grad_shard = np.where(zero >= 2, 1 / d, 1.0)
@@ -242,32 +256,37 @@ def stage_memory(
     ctx: CostContext,
     k: dict[str, np.ndarray],
     micro_batches: np.ndarray,
-    last: bool,
+    blocks: np.ndarray,
+    stage: str,
 ) -> StageMemory:
-    """Memory of the first or last stage for knob arrays ``k`` (keys as in step.Knobs): the
-    model state, the stored activations of the in-flight micro-batches (or, offloaded, the
-    stack's resident blocks), the block rebuilt by full recompute, the logits on the last stage
-    and the HBM reserve. Each rank holds b/cp of a micro-batch's tokens."""
+    """Memory of a ``stage`` ("first", "middle" or "last") of ``blocks`` blocks for knob arrays
+    ``k`` (keys as in step.Knobs): the model state, the stored activations of the in-flight
+    micro-batches (1F1B: min(n, p) on the first stage, min(n, p − 1) on the second, the first
+    of the middle ones, one on the last; or, offloaded, the stack's resident blocks), the block
+    rebuilt by full recompute, the logits on the last stage and the HBM reserve. Each rank
+    holds b/cp of a micro-batch's tokens."""
     cp = np.asarray(k["cp"], dtype=float)
     local_mb = np.asarray(k["micro_batch"], dtype=float) / cp
     state = model_state(
         ctx,
         k["tp"],
         k["pp"],
+        blocks,
         np.asarray(k["dp"]) * cp,
         k["zero_stage"],
         k["offload_weights"],
         k["offload_optimizer"],
-        last,
+        stage,
     )
-    blocks_per_stage = ctx.model.layers / np.asarray(k["pp"], dtype=float)
+    blocks_per_stage = np.asarray(blocks, dtype=float)
     per_block = block_activation_bytes(
         ctx, k["tp"], local_mb, k["recompute"], k["sequence_parallel"]
     )
-    if last:
+    if stage == "last":
         in_flight = np.ones_like(np.asarray(micro_batches, dtype=float))
     else:
-        in_flight = in_flight_micro_batches(k["pp"], k["interleave"], micro_batches)
+        ahead = np.asarray(k["pp"]) - (1 if stage == "middle" else 0)
+        in_flight = in_flight_micro_batches(ahead, k["interleave"], micro_batches, k["pp"])
     stored = blocks_per_stage * per_block * in_flight
     rebuilt = rebuilt_activation_bytes(
         ctx, k["tp"], local_mb, k["recompute"], k["sequence_parallel"]
@@ -284,7 +303,7 @@ def stage_memory(
         gradients=state.gradients,
         optimizer=state.optimizer,
         activations=np.where(off_a > 0, act_working, stored) + rebuilt,
-        logits=logits_bytes(ctx, k["tp"], local_mb) if last else np.zeros(()),
+        logits=logits_bytes(ctx, k["tp"], local_mb) if stage == "last" else np.zeros(()),
         reserve=np.asarray(ctx.hbm_reserve_bytes),
         offloaded=tuple(sum(items.values()) for items in offloaded_items),
         offloaded_items=offloaded_items,

@@ -1,13 +1,15 @@
 """Step time and memory of whole strategies, vectorised over knob arrays.
 
-With n = B/(d·b) micro-batches per pipeline, L/p blocks per stage and v virtual stages per rank,
-the 1F1B (interleaved) schedule takes (Narayanan et al. SC21 §2.2):
+With n = B/(d·b) micro-batches per pipeline, k_i blocks on stage i (L/p each unless the strategy
+states ``stage_layers``) and v virtual stages per rank, the 1F1B (interleaved) schedule takes
+(Narayanan et al. SC21 §2.2):
 
     pipeline = (n + (p − 1)/v) · T
-    T        = (L/p) · (fwd + bwd + recompute + TP, CP and offload exposed) + head + PP comm
+    T        = max_i (k_i · U + [i last] · head) + PP comm
+    U        = fwd + bwd + recompute + TP, CP and offload exposed
 
-per step, where every term of T is per micro-batch on the slowest (last) stage: the LM head
-runs there, PP comm is 2·v point-to-point messages of b·s·h·e/t bytes (activations forward,
+per step, where every term of T is per micro-batch on the slowest stage: the LM head runs on the
+last, PP comm is 2·v point-to-point messages of b·s·h·e/t bytes (activations forward,
 gradients backward; Megatron's scatter/gather optimisation divides them by t), hidden when the
 stack overlaps pipeline sends and receives with compute (interleaved schedule only). The bubble
 is the (p − 1)/v · T part. Then
@@ -29,7 +31,9 @@ all-gathers the weights once; ZeRO-3 also all-gathers the weights before each fo
 under the backward of the last micro-batch, the weight all-gather under the forward of the first,
 and per-micro-batch traffic under that micro-batch's compute: exposed = max(0, comm − window),
 where a window is the stage's pass including its exposed offload stalls (the DP link is busy
-while the stage waits on its offload link). Overlaps are what the stack can do: a strategy's
+while the stage waits on its offload link). Each stage reduces its own gradients under its own
+passes, so the DP term is the worst stage kind's (first, middle, last), as is the optimizer
+step. Overlaps are what the stack can do: a strategy's
 ``dp_overlap`` or ``tp_overlap`` takes effect only where its stack profile has it; TP overlap
 leaves the stack's ``tp_overlap_contention`` share of the hidden time exposed.
 """
@@ -49,6 +53,7 @@ from planner.cost.flops import (
     recompute_flops_per_step,
 )
 from planner.cost.memory import (
+    STAGES,
     StageMemory,
     block_activation_bytes,
     block_params_per_rank,
@@ -58,6 +63,8 @@ from planner.cost.memory import (
 from planner.cost.network import all_gather_s, all_reduce_s, point_to_point_s, reduce_scatter_s
 from planner.cost.offload import offload_exposed_s, optimizer_step_s
 from planner.specs import RECOMPUTE_CODES, Strategy
+
+LAYOUT_FIELDS = ("first_blocks", "middle_blocks", "last_blocks")
 
 
 @dataclass(frozen=True)
@@ -78,11 +85,16 @@ class Knobs:
     offload_optimizer: np.ndarray
     dp_overlap: np.ndarray
     tp_overlap: np.ndarray
+    first_blocks: np.ndarray
+    """Blocks on the first stage; 0: layers / pp (an even layout). Likewise the two below."""
+    middle_blocks: np.ndarray
+    last_blocks: np.ndarray
 
     @classmethod
     def of(cls, **values: object) -> Knobs:
-        """Knobs from arrays or scalars; omitted knobs take the Strategy defaults."""
-        defaults = Strategy().model_dump()
+        """Knobs from arrays or scalars; omitted knobs take the Strategy defaults (an even
+        layout for the stage blocks)."""
+        defaults = {**Strategy().model_dump(), **dict.fromkeys(LAYOUT_FIELDS, 0)}
         merged = {name.name: values.get(name.name, defaults[name.name]) for name in fields(cls)}
         unknown = set(values) - set(merged)
         if unknown:
@@ -93,7 +105,11 @@ class Knobs:
 
     @classmethod
     def from_strategy(cls, strategy: Strategy) -> Knobs:
-        return cls.of(**strategy.model_dump())
+        values = strategy.model_dump(exclude={"stage_layers"})
+        if strategy.stage_layers is not None:
+            first, middle, last = strategy.stage_blocks(sum(strategy.stage_layers))
+            values.update(first_blocks=first, middle_blocks=middle, last_blocks=last)
+        return cls.of(**values)
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {name.name: getattr(self, name.name) for name in fields(self)}
@@ -121,6 +137,9 @@ class StepTerms:
     hfu: np.ndarray
     tokens_per_s: np.ndarray
     first_stage: StageMemory
+    middle_stage: StageMemory
+    """The second stage, the first of those between the first and the last (where pp > 2;
+    otherwise a copy of the first stage's memory)."""
     last_stage: StageMemory
 
     def breakdown(self) -> dict[str, np.ndarray]:
@@ -139,13 +158,17 @@ class StepTerms:
         }
 
     @property
+    def stages(self) -> tuple[StageMemory, StageMemory, StageMemory]:
+        return (self.first_stage, self.middle_stage, self.last_stage)
+
+    @property
     def hbm_bytes(self) -> np.ndarray:
-        """HBM needed per GPU: the more loaded of the first and last stage."""
-        return np.maximum(self.first_stage.hbm_total, self.last_stage.hbm_total)
+        """HBM needed per GPU: the most loaded stage."""
+        return np.maximum.reduce([stage.hbm_total for stage in self.stages])
 
     def offload_bytes(self, tier: int) -> np.ndarray:
-        """Bytes per GPU in offload tier ``tier`` (≥ 1), the more loaded stage."""
-        return np.maximum(self.first_stage.offloaded[tier - 1], self.last_stage.offloaded[tier - 1])
+        """Bytes per GPU in offload tier ``tier`` (≥ 1), the most loaded stage."""
+        return np.maximum.reduce([stage.offloaded[tier - 1] for stage in self.stages])
 
 
 @dataclass(frozen=True)
@@ -265,28 +288,23 @@ def pp_message_s(
     return point_to_point_s(ctx, span, nbytes / np.asarray(tp, dtype=float))
 
 
-def dp_params_per_rank(ctx: CostContext, tp: ArrayLike, pp: ArrayLike) -> np.ndarray:
-    """Parameters whose gradients a rank reduces: those of the last stage (blocks + LM head),
-    the most of any stage."""
-    return stage_params(ctx, tp, pp, last=True).total
-
-
 def dp_comm_times_s(
     ctx: CostContext,
+    params: ArrayLike,
     tp: ArrayLike,
-    pp: ArrayLike,
     dp: ArrayLike,
     zero_stage: ArrayLike,
     recompute: ArrayLike,
     cp: ArrayLike = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(once per step after the backward, once per step before the forward, per micro-batch)
-    DP communication times, unhidden, over the d·cp ranks that hold the same weights. Depends
-    on (tp, cp, pp, dp, zero_stage, recompute)."""
+    DP communication times, unhidden, of a stage whose ranks hold ``params`` parameters each,
+    over the d·cp ranks that hold the same weights. Depends on (tp, cp, dp, zero_stage,
+    recompute) and the stage's layout."""
     d = np.asarray(dp) * np.asarray(cp)
     span = np.asarray(tp) * d
     zero = np.asarray(zero_stage)
-    params = dp_params_per_rank(ctx, tp, pp)
+    params = np.asarray(params, dtype=float)
     grads = ctx.grad_bytes * params
     reduce = reduce_scatter_s(ctx, d, span, grads)
     gather = all_gather_s(ctx, d, span, ACTIVATION_BYTES * params)
@@ -303,24 +321,46 @@ def dp_comm_times_s(
 
 def optimizer_time_s(
     ctx: CostContext,
-    tp: ArrayLike,
-    pp: ArrayLike,
+    params: ArrayLike,
     dp: ArrayLike,
     zero_stage: ArrayLike,
     offload_optimizer: ArrayLike,
     cp: ArrayLike = 1,
 ) -> np.ndarray:
-    """The optimizer step on the rank's (ZeRO-sharded over d·cp) state, plus the stack's fixed
-    per-step overhead. Depends on (tp, cp, pp, dp, zero_stage, offload_optimizer)."""
+    """The optimizer step on the rank's (ZeRO-sharded over d·cp) state of the stage with the
+    most parameters per rank, ``params``, plus the stack's fixed per-step overhead."""
     sharders = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
     shard = np.where(np.asarray(zero_stage) >= 1, 1 / sharders, 1.0)
-    step = optimizer_step_s(ctx, dp_params_per_rank(ctx, tp, pp) * shard, offload_optimizer)
+    step = optimizer_step_s(ctx, np.asarray(params, dtype=float) * shard, offload_optimizer)
     return step + ctx.stack.step_overhead_s
+
+
+def layout_blocks(
+    ctx: CostContext, pp: ArrayLike, first: ArrayLike, middle: ArrayLike, last: ArrayLike
+) -> dict[str, np.ndarray]:
+    """{stage kind: blocks}; a 0 stands for the even layout's layers / pp."""
+    even = ctx.model.layers / np.asarray(pp, dtype=float)
+    given = {"first": first, "middle": middle, "last": last}
+    return {
+        stage: np.where(np.asarray(value) > 0, np.asarray(value, dtype=float), even)
+        for stage, value in given.items()
+    }
+
+
+def stage_present(pp: ArrayLike, stage: str) -> np.ndarray:
+    """Whether a pipeline of pp stages has a stage of this kind distinct from the others: the
+    first and last always (the same stage when p = 1), a middle one when p > 2."""
+    p = np.asarray(pp)
+    return p > 2 if stage == "middle" else np.ones(p.shape, dtype=bool)
 
 
 def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     """Evaluate the cost model on (arrays of) strategies. No validity checks here: callers pass
-    strategies that satisfy the rules (planner.rules)."""
+    strategies that satisfy the rules (planner.rules).
+
+    With uneven stages every per-micro-batch term is the slowest stage's: T = max(first·U,
+    middle·U, last·U + head) + PP messages; DP exposure and the optimizer step are the worst
+    stage's (each stage reduces its own gradients under its own compute)."""
     k = knobs.as_dict()
     t = np.asarray(k["tp"], dtype=float)
     c = np.asarray(k["cp"], dtype=float)
@@ -328,7 +368,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     d = np.asarray(k["dp"], dtype=float)
     v = np.asarray(k["interleave"], dtype=float)
     n = ctx.job.global_batch / (d * np.asarray(k["micro_batch"], dtype=float))
-    blocks = ctx.model.layers / p
+    blocks = layout_blocks(ctx, p, k["first_blocks"], k["middle_blocks"], k["last_blocks"])
 
     piece = block_pieces(
         ctx,
@@ -346,35 +386,54 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     pp_per_micro_batch = np.where(
         pp_exposed, 2 * v * pp_message_s(ctx, k["tp"], k["micro_batch"], t * c * d * p, c), 0.0
     )
-    per_micro_batch = blocks * piece.total_s + head + pp_per_micro_batch
+    first_s = blocks["first"] * piece.total_s
+    middle_s = np.where(stage_present(p, "middle"), blocks["middle"] * piece.total_s, 0.0)
+    last_s = blocks["last"] * piece.total_s + head
+    slowest_s = np.maximum.reduce([first_s, middle_s, last_s])
+    last_slowest = last_s >= slowest_s
+    critical_blocks = np.where(
+        last_slowest,
+        blocks["last"],
+        np.where(first_s >= middle_s, blocks["first"], blocks["middle"]),
+    )
+    critical_head = np.where(last_slowest, head, 0.0)
+    per_micro_batch = slowest_s + pp_per_micro_batch
 
-    after_backward, before_forward, per_mb_comm = dp_comm_times_s(
-        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["recompute"], k["cp"]
-    )
     overlap = np.asarray(k["dp_overlap"], dtype=bool) & ctx.stack.dp_overlap
-    backward_window = np.where(overlap, blocks * piece.backward_window_s, 0.0)
-    forward_window = np.where(overlap, blocks * piece.forward_window_s, 0.0)
-    dp_exposed = (
-        np.maximum(0.0, after_backward - backward_window)
-        + np.maximum(0.0, before_forward - forward_window)
-        + n * np.maximum(0.0, per_mb_comm - forward_window - backward_window)
-    )
-    optimizer = optimizer_time_s(
-        ctx, k["tp"], k["pp"], k["dp"], k["zero_stage"], k["offload_optimizer"], k["cp"]
-    )
+    dp_exposed = np.zeros(np.broadcast(t, c, p, d, n).shape)
+    optimizer = np.zeros(())
+    for stage in STAGES:
+        params = stage_params(ctx, k["tp"], p, blocks[stage], stage).total
+        after_backward, before_forward, per_mb_comm = dp_comm_times_s(
+            ctx, params, k["tp"], k["dp"], k["zero_stage"], k["recompute"], k["cp"]
+        )
+        backward_window = np.where(overlap, blocks[stage] * piece.backward_window_s, 0.0)
+        forward_window = np.where(overlap, blocks[stage] * piece.forward_window_s, 0.0)
+        exposed = (
+            np.maximum(0.0, after_backward - backward_window)
+            + np.maximum(0.0, before_forward - forward_window)
+            + n * np.maximum(0.0, per_mb_comm - forward_window - backward_window)
+        )
+        stage_optimizer = optimizer_time_s(
+            ctx, params, k["dp"], k["zero_stage"], k["offload_optimizer"], k["cp"]
+        )
+        present = stage_present(p, stage)
+        dp_exposed = np.maximum(dp_exposed, np.where(present, exposed, 0.0))
+        optimizer = np.maximum(optimizer, np.where(present, stage_optimizer, 0.0))
     step = (n + (p - 1) / v) * per_micro_batch + dp_exposed + optimizer
     model_flops = model_flops_per_step(ctx)
     hardware_flops = model_flops + recompute_flops_per_step(ctx, k["recompute"])
     capacity = step * t * c * p * d * ctx.peak_flops
+    memory = {stage: stage_memory(ctx, k, n, blocks[stage], stage) for stage in STAGES}
     return StepTerms(
         micro_batches=n,
-        forward_s=n * (blocks * piece.forward_s + head / 3),
-        backward_s=n * (blocks * piece.backward_s + 2 * head / 3),
-        recompute_s=n * blocks * piece.recompute_s,
-        tp_comm_s=n * blocks * piece.tp_exposed_s,
-        cp_comm_s=n * blocks * piece.cp_exposed_s,
+        forward_s=n * (critical_blocks * piece.forward_s + critical_head / 3),
+        backward_s=n * (critical_blocks * piece.backward_s + 2 * critical_head / 3),
+        recompute_s=n * critical_blocks * piece.recompute_s,
+        tp_comm_s=n * critical_blocks * piece.tp_exposed_s,
+        cp_comm_s=n * critical_blocks * piece.cp_exposed_s,
         pp_comm_s=n * pp_per_micro_batch,
-        offload_s=n * blocks * (piece.offload_forward_s + piece.offload_backward_s),
+        offload_s=n * critical_blocks * (piece.offload_forward_s + piece.offload_backward_s),
         bubble_s=(p - 1) / v * per_micro_batch,
         dp_comm_s=dp_exposed,
         optimizer_s=optimizer,
@@ -384,6 +443,30 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         mfu=model_flops / capacity,
         hfu=hardware_flops / capacity,
         tokens_per_s=ctx.job.global_batch * ctx.seq_len / step,
-        first_stage=stage_memory(ctx, k, n, last=False),
-        last_stage=stage_memory(ctx, k, n, last=True),
+        first_stage=memory["first"],
+        middle_stage=_where_present(p, memory["middle"], memory["first"]),
+        last_stage=memory["last"],
+    )
+
+
+def _where_present(pp: np.ndarray, middle: StageMemory, first: StageMemory) -> StageMemory:
+    """The middle stage's memory where there is one (p > 2), the first stage's elsewhere (so
+    that a maximum over stages is unaffected)."""
+    present = stage_present(pp, "middle")
+
+    def pick(a, b):
+        return np.where(present, a, b)
+
+    return StageMemory(
+        weights=pick(middle.weights, first.weights),
+        gradients=pick(middle.gradients, first.gradients),
+        optimizer=pick(middle.optimizer, first.optimizer),
+        activations=pick(middle.activations, first.activations),
+        logits=pick(middle.logits, first.logits),
+        reserve=pick(middle.reserve, first.reserve),
+        offloaded=tuple(pick(a, b) for a, b in zip(middle.offloaded, first.offloaded, strict=True)),
+        offloaded_items=tuple(
+            {key: pick(a[key], b[key]) for key in a}
+            for a, b in zip(middle.offloaded_items, first.offloaded_items, strict=True)
+        ),
     )

@@ -71,6 +71,9 @@ class Parsed:
     gpus_from: str = ""
     layers_per_virtual_stage: int | None = None
     extra_stage_layers: int = 0
+    end_stage_layers: tuple[int | None, int | None] = (None, None)
+    """Blocks on the first and the last pipeline stage where the configuration states them
+    (Megatron's --decoder-first/last-pipeline-num-layers); the stages between share the rest."""
     global_per_dp: int | None = None
     """torchtitan without a global batch: sequences per DP rank (global = this · dp)."""
     dp_multiple: int = 1
@@ -177,6 +180,8 @@ def settle(
     if parsed.layers_per_virtual_stage is not None:
         knobs["interleave"] = _interleave(parsed, model.layers, int(knobs.get("pp", 1)))
     tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))
+    if parsed.end_stage_layers != (None, None):
+        knobs["stage_layers"] = _stage_layers(parsed, model.layers, pp)
     if gpus is None:
         if parsed.dp is None:
             raise InputError(
@@ -230,6 +235,24 @@ def _model_from_shape(parsed: Parsed, missing_hint: dict[str, str]) -> ModelSpec
     except ValidationError as error:
         raise InputError(describe_validation_error(error, f"{parsed.fmt} configuration")) from None
     return match_catalog(spec)
+
+
+def _stage_layers(parsed: Parsed, layers: int, pp: int) -> tuple[int, ...]:
+    """Blocks per stage from the first and last stages' counts, the rest shared equally."""
+    first, last = parsed.end_stage_layers
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    if pp < 2 or middle_stages < 1 and rest or middle_stages and (rest < 1 or rest % middle_stages):
+        raise InputError(
+            f"the {parsed.fmt} configuration's first/last stage layers ({first}, {last}) do not "
+            f"leave the other {middle_stages} of pp = {pp} stages an equal share of {layers} "
+            "layers"
+        )
+    share = rest // middle_stages if middle_stages else 0
+    inner = [share] * middle_stages
+    return tuple(
+        ([first] if first is not None else []) + inner + ([last] if last is not None else [])
+    )
 
 
 def _interleave(parsed: Parsed, layers: int, pp: int) -> int:

@@ -22,6 +22,8 @@ Mapping (planner knob ↔ flags):
 - micro_batch ↔ ``--micro-batch-size``; global batch ↔ ``--global-batch-size``; sequence ↔
   ``--seq-length`` (and ``--max-position-embeddings``).
 - interleave v ↔ ``--num-layers-per-virtual-pipeline-stage`` = layers / (pp·v).
+- stage_layers ↔ ``--decoder-first-pipeline-num-layers``, ``--decoder-last-pipeline-num-layers``
+  (the stages between share the rest equally).
 - sequence_parallel ↔ ``--sequence-parallel`` (only with tp > 1, as in planner).
 - recompute full ↔ ``--recompute-granularity full --recompute-method uniform
   --recompute-num-layers 1``; selective ↔ ``--recompute-granularity selective``
@@ -73,6 +75,8 @@ FLAGS: dict[str, str] = {
     "global_batch": "--global-batch-size",
     "seq_len": "--seq-length",
     "interleave": "--num-layers-per-virtual-pipeline-stage",
+    "first_stage_layers": "--decoder-first-pipeline-num-layers",
+    "last_stage_layers": "--decoder-last-pipeline-num-layers",
     "sequence_parallel": "--sequence-parallel",
     "recompute": "--recompute-granularity",
     "zero_stage": "--use-distributed-optimizer",
@@ -148,6 +152,9 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     ]
     if s.interleave > 1:
         flags.append((FLAGS["interleave"], model.layers // (s.pp * s.interleave)))
+    if s.stage_layers is not None:
+        flags.append((FLAGS["first_stage_layers"], s.stage_layers[0]))
+        flags.append((FLAGS["last_stage_layers"], s.stage_layers[-1]))
     if s.sequence_parallel and s.tp > 1:
         flags.append((FLAGS["sequence_parallel"], None))
     flags += [(FLAGS["micro_batch"], s.micro_batch), (FLAGS["global_batch"], job.global_batch)]
@@ -330,6 +337,10 @@ def read(text: str, system: SystemSpec) -> Parsed:
         parsed.knobs["interleave"] = stages
     elif per_virtual is not None:
         parsed.layers_per_virtual_stage = per_virtual
+    parsed.end_stage_layers = (
+        args.whole(FLAGS["first_stage_layers"]),
+        args.whole(FLAGS["last_stage_layers"]),
+    )
     _read_recompute(args, parsed)
     _read_zero(args, parsed)
     _read_offload(args, parsed, system)

@@ -53,6 +53,8 @@ KEYS: dict[str, str] = {
     "pp": STRATEGY + "pipeline_model_parallel_size",
     "interleave": STRATEGY + "virtual_pipeline_model_parallel_size",
     "cp": STRATEGY + "context_parallel_size",
+    "first_stage_layers": STRATEGY + "num_layers_in_first_pipeline_stage",
+    "last_stage_layers": STRATEGY + "num_layers_in_last_pipeline_stage",
     "sequence_parallel": STRATEGY + "sequence_parallel",
     "fsdp": STRATEGY + "fsdp",
     "dp_overlap": DDP + "overlap_grad_reduce",
@@ -125,6 +127,9 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         KEYS["grad_dtype"]: job.grad_dtype == "fp32",
         KEYS["precision"]: "bf16-mixed",
     }
+    if s.stage_layers is not None:
+        values[KEYS["first_stage_layers"]] = s.stage_layers[0]
+        values[KEYS["last_stage_layers"]] = s.stage_layers[-1]
     if s.zero_stage >= 2:
         values[KEYS["sharding"]] = "optim_grads" if s.zero_stage == 2 else "optim_grads_params"
     if job.precision == "fp8":
@@ -258,6 +263,10 @@ def read(text: str, system: SystemSpec) -> Parsed:
         "tp_overlap": keys.get("tp_overlap", bool, False),
     }
     keys.get("param_overlap", bool)
+    parsed.end_stage_layers = (
+        keys.get("first_stage_layers", int),
+        keys.get("last_stage_layers", int),
+    )
     nodes = positive(KEYS["nodes"], keys.get("nodes", int))
     devices = positive(KEYS["devices"], keys.get("devices", int))
     if nodes is not None or devices is not None:

@@ -140,6 +140,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
             "pipeline_parallel_first_stage_less_layers": 0,
             "pipeline_parallel_last_stage_less_layers": 0,
         }
+        sections["parallelism"] |= _uneven_stages(s, model.layers, notes)
     if s.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if s.tp_overlap:
@@ -343,6 +344,16 @@ def _read_pipeline(keys: _Keys, parsed: Parsed, pp: int) -> None:
         return
     if schedule not in ("1F1B", "Interleaved1F1B", "GPipe", "InterleavedZeroBubble"):
         parsed.notes.append(f"interleave: schedule {schedule} costed as (interleaved) 1F1B")
+    if per_stage is not None and schedule in SINGLE_STAGE and (first or last):
+        ends = (per_stage - first, per_stage - last)
+        if min(ends) < 1:
+            raise InputError(
+                f"torchtitan: {per_stage} layers per stage less {first}/{last} on the first/last "
+                "stage leaves a stage without layers"
+            )
+        parsed.knobs["interleave"] = 1
+        parsed.knobs["stage_layers"] = (ends[0], *[per_stage] * (pp - 2), ends[1])
+        return
     if first or last:
         parsed.notes.append(
             f"pp: first/last stages carry {first}/{last} fewer layers; planner splits evenly"
@@ -382,3 +393,23 @@ def _read_job(keys: _Keys, parsed: Parsed) -> None:
     if reduce != "float32":
         raise InputError(f"torchtitan key {KEYS['grad_dtype']} = {reduce!r}: allowed: float32")
     parsed.job["grad_dtype"] = "fp32"
+
+
+def _uneven_stages(s: Strategy, layers: int, notes: list[str]) -> dict[str, int]:
+    """stage_layers (f, m, ..., m, l) as layers_per_stage m with first/last_stage_less_layers
+    m − f and m − l (torchtitan counts the missing layers as the embedding's and head's
+    weight); a first or last stage heavier than the middle ones cannot be said."""
+    if s.stage_layers is None:
+        return {}
+    first, middle, last = s.stage_blocks(layers)
+    if first > middle or last > middle:
+        notes.append(
+            f"stage_layers = {','.join(map(str, s.stage_layers))}: torchtitan cannot give the "
+            "first or last stage more layers than the others; emitted as an even split"
+        )
+        return {}
+    return {
+        "pipeline_parallel_layers_per_stage": middle,
+        "pipeline_parallel_first_stage_less_layers": middle - first,
+        "pipeline_parallel_last_stage_less_layers": middle - last,
+    }
