@@ -17,10 +17,14 @@ DEFAULT_SEED = 0
 SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
-FIRST_PHASE_DETERMINISTIC_S = 2.0
+FIRST_PHASE_DETERMINISTIC_S = 1.0
 """Work budget of the propagation-only first phase, in CP-SAT's deterministic time units
-(about 1.5 s on this machine; deterministic, so the phase ends at the same point on
-any machine and the answer does not depend on load)."""
+(about 0.7 s on this machine; deterministic, so the phase ends at the same point on
+any machine and the answer does not depend on load). With context parallelism and stage
+layouts in the space (benchmarks/plan_latency.py --quick, 43 scenarios): 2.0 units, worst
+2.55 s (llama3-70b on 4,096 H100s, which propagation alone does not prove and the LP proves in
+0.47 s); 1.0: worst 1.50 s, median 0.20 s; 0.5: worst 1.15 s but four scenarios near 1 s that
+needed a little more than 0.5 units of propagation."""
 
 
 def solve(
