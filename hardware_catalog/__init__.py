@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -38,21 +40,28 @@ def read_spec_file(path: Traversable, spec_type: type[SpecT], what: str) -> Spec
     return _validate(read_spec_data(path, what), spec_type, what, path.name)
 
 
+def read_bounded_text(opener: Callable[[], ContextManager[BinaryIO]], where: str) -> str:
+    """The UTF-8 text of the stream ``opener`` gives, at most MAX_SPEC_FILE_BYTES (MAX + 1
+    bytes are read, so a larger input is refused without reading it whole); every failure is an
+    InputError naming ``where``."""
+    try:
+        with opener() as stream:
+            raw = stream.read(MAX_SPEC_FILE_BYTES + 1)
+    except OSError as error:
+        raise InputError(f"{where}: cannot read ({error.strerror or error})") from None
+    if len(raw) > MAX_SPEC_FILE_BYTES:
+        raise InputError(f"{where}: larger than {MAX_SPEC_FILE_BYTES >> 20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{where}: not a UTF-8 text file") from None
+
+
 def read_spec_data(path: Traversable, what: str) -> dict:
     """The mapping a YAML or JSON spec file holds, unvalidated; every failure is an InputError
     (one line). Reads at most MAX_SPEC_FILE_BYTES + 1 bytes."""
     where = f"{what} file {str(path)!r}"
-    try:
-        with path.open("rb") as stream:
-            raw = stream.read(MAX_SPEC_FILE_BYTES + 1)
-    except OSError as error:
-        raise InputError(f"{where}: cannot read ({error.strerror})") from None
-    if len(raw) > MAX_SPEC_FILE_BYTES:
-        raise InputError(f"{where}: larger than {MAX_SPEC_FILE_BYTES >> 20} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{where}: not a UTF-8 text file") from None
+    text = read_bounded_text(lambda: path.open("rb"), where)
     try:
         is_json = path.name.endswith(".json")
         data = json.loads(text) if is_json else yaml.load(text, Loader=SAFE_LOADER)

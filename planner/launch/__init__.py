@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from types import ModuleType
 
-from hardware_catalog import MAX_SPEC_FILE_BYTES, load_stack
+from hardware_catalog import load_stack, read_bounded_text
 from planner.errors import InputError
 from planner.launch import megatron, nemo, torchtitan
 from planner.launch.common import LaunchConfig, Parsed, settle
@@ -59,18 +60,6 @@ def read(
 
 def read_source(path: str) -> str:
     """The text of ``path`` (``-``: standard input), at most MAX_SPEC_FILE_BYTES, UTF-8."""
-    where = "standard input" if path == "-" else f"file {path!r}"
-    try:
-        if path == "-":
-            raw = sys.stdin.buffer.read(MAX_SPEC_FILE_BYTES + 1)
-        else:
-            with Path(path).open("rb") as stream:
-                raw = stream.read(MAX_SPEC_FILE_BYTES + 1)
-    except OSError as error:
-        raise InputError(f"--from {where}: cannot read ({error.strerror or error})") from None
-    if len(raw) > MAX_SPEC_FILE_BYTES:
-        raise InputError(f"--from {where}: larger than {MAX_SPEC_FILE_BYTES >> 20} MiB")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"--from {where}: not a UTF-8 text file") from None
+    if path == "-":
+        return read_bounded_text(lambda: nullcontext(sys.stdin.buffer), "--from standard input")
+    return read_bounded_text(lambda: Path(path).open("rb"), f"--from file {path!r}")
