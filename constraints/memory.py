@@ -107,12 +107,9 @@ def _first_stage_cases(variables: Variables):
     """(literals, scale, activation coefficient, layout) per (layout, interleave): the first
     stage's inequality multiplied by ``scale`` (p·v with interleaving, else 1), its in-flight
     activations by k·(p·v + p − 1) (k without interleaving)."""
-    layouts, v_values = variables.space.layouts, variables.domains["interleave"]
-    for i, layout in enumerate(layouts):
+    for layout, v, literals in variables.layout_interleaves():
         p, k = layout.pp, layout.blocks
-        for c, v in enumerate(v_values):
-            literals = [variables.onehot["layout"][i], variables.onehot["interleave"][c]]
-            if v == 1:
-                yield literals, 1, k, layout
-            elif layout.even and p > 1 and k % v == 0:
-                yield literals, p * v, k * (p * v + p - 1), layout
+        if v == 1:
+            yield literals, 1, k, layout
+        else:
+            yield literals, p * v, k * (p * v + p - 1), layout

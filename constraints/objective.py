@@ -52,18 +52,13 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     offload = list(tables.offload_exposed()) if len(tables.ctx.system.memory_tiers) > 1 else []
     per_block = [compute, comm, *offload]
 
-    layouts, v_values = variables.space.layouts, variables.domains["interleave"]
     hidden_p2p = tables.ctx.stack.pp_overlap  # P2P under compute with interleaving (step.py)
     bounds = []
-    for i, layout in enumerate(layouts):
-        for c, v in enumerate(v_values):
-            if v > 1 and not (layout.even and layout.pp > 1 and layout.blocks % v == 0):
-                continue
-            shown = None if hidden_p2p and v > 1 else message
-            for blocks, with_head in ((layout.blocks, False), (layout.last, True)):
-                terms = _pipeline_terms(layout.pp, v, blocks, per_block, head, shown, with_head)
-                literals = [variables.onehot["layout"][i], variables.onehot["interleave"][c]]
-                bounds.append((v, terms, literals))
+    for layout, v, literals in variables.layout_interleaves():
+        shown = None if hidden_p2p and v > 1 else message
+        for blocks, with_head in ((layout.blocks, False), (layout.last, True)):
+            terms = _pipeline_terms(layout.pp, v, blocks, per_block, head, shown, with_head)
+            bounds.append((v, terms, literals))
     pipeline = variables.new_int(
         "pipeline", max(upper(variables, terms) // v + 1 for v, terms, _ in bounds)
     )

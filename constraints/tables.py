@@ -306,7 +306,7 @@ class TableBuilder:
             pp_power=0,
         )
 
-    def stage_params(self, g: Grid, stage: str) -> np.ndarray:
+    def layout_params(self, g: Grid, stage: str) -> np.ndarray:
         """Parameters per rank of the layout's ``stage`` ("first" or "last"; in the layouts the
         solver searches the middle stages equal the first, without its embedding, so the first
         bounds them)."""
@@ -321,7 +321,7 @@ class TableBuilder:
             def cost(ctx: CostContext, g: Grid) -> np.ndarray:
                 return dp_comm_times_s(
                     ctx,
-                    self.stage_params(g, stage),
+                    self.layout_params(g, stage),
                     g["tp"],
                     self.data_parallel(g),
                     g["zero_stage"],
@@ -340,7 +340,7 @@ class TableBuilder:
             knobs,
             lambda ctx, g: optimizer_time_s(
                 ctx,
-                np.maximum(self.stage_params(g, "first"), self.stage_params(g, "last")),
+                np.maximum(self.layout_params(g, "first"), self.layout_params(g, "last")),
                 self.data_parallel(g),
                 g["zero_stage"],
                 g["offload_optimizer"],

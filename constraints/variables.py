@@ -123,6 +123,16 @@ class Variables:
                 if i == a and self.domains["interleave"][c] > 1:
                     self.model.AddBoolOr([pair.Not(), *even])
 
+    def layout_interleaves(self):
+        """(layout, v, [layout literal, interleave literal]) for every admissible pair: any
+        layout without interleaving; with v > 1 only an even layout of pp > 1 whose blocks per
+        stage v divides (Megatron's virtual stages split equal stages)."""
+        for i, layout in enumerate(self.space.layouts):
+            for c, v in enumerate(self.domains["interleave"]):
+                if v == 1 or (layout.even and layout.pp > 1 and layout.blocks % v == 0):
+                    literals = [self.onehot["layout"][i], self.onehot["interleave"][c]]
+                    yield layout, v, literals
+
     def always_on(self, name: str) -> bool:
         """Whether family ``name`` will be fixed true in this model (so its bound may be
         written into variable domains, which the solver propagates better)."""

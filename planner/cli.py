@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from planner import limits as lim
 from planner.errors import InputError
-from planner.quantities import CALIBRATED_PARAMETERS, LAUNCH_FORMATS, PLOT_KINDS, QUANTITIES
+from planner.quantities import (
+    CALIBRATED_PARAMETERS,
+    DEFAULT_MAX_STAGE_SKEW,
+    LAUNCH_FORMATS,
+    MIN_CP_CHUNK_TOKENS,
+    PLOT_KINDS,
+    QUANTITIES,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -302,14 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_whole(1, lim.MAX_GPUS),
         default=None,
         help="the search covers context parallelism up to this (default: sequence chunks of "
-        "at least 1024 tokens, seq_len / 1024)",
+        f"at least {MIN_CP_CHUNK_TOKENS} tokens, seq_len / {MIN_CP_CHUNK_TOKENS})",
     )
     plan_cmd.add_argument(
         "--max-stage-skew",
         type=_whole(0, lim.MAX_LAYERS),
-        default=4,
+        default=DEFAULT_MAX_STAGE_SKEW,
         help="the search covers layouts whose last pipeline stage holds up to this many blocks "
-        "fewer than the others (default 4)",
+        f"fewer than the others (default {DEFAULT_MAX_STAGE_SKEW})",
     )
     _add_emit_arg(plan_cmd)
 

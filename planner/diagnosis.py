@@ -31,7 +31,7 @@ from constraints.variables import ModelTooLarge
 from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
-from planner.rules import cp_allowed, divisors
+from planner.rules import cp_values, divisors
 from planner.search_space import build_search_space, stage_layouts
 from planner.solving import SOLVED, decode, minimize_then_fix, solve
 from planner.specs import JobSpec, MemoryTierSpec, ModelSpec, Strategy, SystemSpec
@@ -124,7 +124,7 @@ def pin_conflicts(
             f"{model.layers} layers; allowed: {_listing(pp_ok)}",
         )
     seq_len = job.seq_len_for(model)
-    cp_ok = [c for c in divisors(gpus) if cp_allowed(c, seq_len)]
+    cp_ok = cp_values(gpus, seq_len)
     if "cp" in pins and pins["cp"] not in cp_ok:
         add(
             "cp",
@@ -403,7 +403,7 @@ class _Session:
             m = ctx.model
             tp_ok = [t for t in divisors(self.gpus) if m.heads % t == 0 and m.ffn_hidden % t == 0]
             seq_len = ctx.job.seq_len_for(m)
-            cp_ok = [c for c in divisors(self.gpus) if cp_allowed(c, seq_len)]
+            cp_ok = cp_values(self.gpus, seq_len)
             return Conflict(
                 family=family,
                 label=label,

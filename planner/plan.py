@@ -24,14 +24,10 @@ from planner.diagnosis import Diagnosis, pin_conflicts
 from planner.diagnosis import diagnose as run_diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate, build_estimate
+from planner.quantities import DEFAULT_MAX_STAGE_SKEW
 from planner.ranking import Rank, RankBy, rank
 from planner.rules import strategy_warnings
-from planner.search_space import (
-    DEFAULT_MAX_STAGE_SKEW,
-    SearchSpace,
-    build_search_space,
-    stated_caps,
-)
+from planner.search_space import SearchSpace, build_search_space, stated_caps
 from planner.solving import DEFAULT_WORKERS, SOLVED, decode, solve
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -115,7 +111,7 @@ def plan(
 
     The space searched: micro-batches dividing the global batch up to ``max_micro_batch``,
     interleaves up to ``max_interleave`` (None: every divisor of the blocks per stage), context
-    parallelism up to ``max_cp`` (None: chunks of at least search_space.MIN_CP_CHUNK_TOKENS
+    parallelism up to ``max_cp`` (None: chunks of at least quantities.MIN_CP_CHUNK_TOKENS
     tokens), stage layouts whose last stage is at most ``max_stage_skew`` blocks lighter, TP
     inside one scale-up domain unless the system sets ``tp_across_domain``; ``solver.caps``
     names those that left out allowed strategies."""

@@ -1,7 +1,8 @@
 """The names the CLI offers as choices, in a module of their own so that building the argument
 parser imports neither the solver, the cost model nor matplotlib: the hardware quantities a
-minimum-hardware query can minimise (with their units), the plot kinds, and the parameters
-``planner calibrate`` fits."""
+minimum-hardware query can minimise (with their units), the plot kinds, the parameters
+``planner calibrate`` fits, and the search's default caps (planner.search_space applies them;
+the CLI's help states them)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,19 @@ CALIBRATED_PARAMETERS = (
 LAUNCH_FORMATS = ("megatron", "nemo", "torchtitan")
 """The launch configurations ``--emit`` writes and ``evaluate --from`` reads
 (planner.launch.FORMATS)."""
+
+MIN_CP_CHUNK_TOKENS = 1024
+"""Default floor of the sequence chunk a context-parallel rank holds (s/cp): the default
+``max_cp`` is s/1024. Each ring step's K/V transfer hides under the attention of one chunk, which
+shrinks as (s/cp)² while the transfer shrinks as s/cp, so short chunks leave the ring exposed;
+published CP runs use chunks of 4,096 (Llama 3.1 8B–405B at 8k on NeMo, cp 2) to 8,192 tokens
+(Llama 3 405B at 128k, cp 16; Dubey et al. 2024 §3.3.2). The cap is stated with every plan and
+``--max-cp`` moves it: each cp value multiplies the solver's tables (the README's main job solves
+in ~0.2 s with cp ≤ 2, ~1 s with all 11 values up to 1,024)."""
+
+DEFAULT_MAX_STAGE_SKEW = 4
+"""Default of ``max_stage_skew``: the last stage holds at most 4 blocks fewer than the others.
+A lighter last stage pays for the LM head (its time is V/(12·h) blocks' worth: 0.35 for GPT-3
+175B, 2.6 for Llama 3 8B) and its logits; each further block of skew moves 1/(p − 1) block onto
+every other stage, slower and fuller. The cap keeps the layouts per pp to a few (without it,
+pp = 2 alone has L/2) and is stated with every plan that it cuts."""

@@ -22,6 +22,11 @@ def cp_allowed(cp: int, seq_len: int) -> bool:
     return cp == 1 or seq_len % (2 * cp) == 0
 
 
+def cp_values(gpus: int, seq_len: int) -> list[int]:
+    """The cp values that divide the GPU count and split the sequence (cp_allowed)."""
+    return [c for c in divisors(gpus) if cp_allowed(c, seq_len)]
+
+
 def _allowed(values: list[int], limit: int = 12) -> str:
     shown = ", ".join(str(v) for v in values[:limit])
     return shown + (", ..." if len(values) > limit else "")

@@ -22,7 +22,8 @@ import numpy as np
 import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError
-from planner.rules import cp_allowed, divisors
+from planner.quantities import DEFAULT_MAX_STAGE_SKEW, MIN_CP_CHUNK_TOKENS
+from planner.rules import cp_allowed, cp_values, divisors
 from planner.specs import RECOMPUTE_CODES, JobSpec, ModelSpec, Strategy, SystemSpec
 
 KNOBS = (
@@ -77,14 +78,6 @@ class Layout:
     def stage_layers(self) -> tuple[int, ...] | None:
         """Strategy.stage_layers: None for an even layout."""
         return None if self.even else (self.blocks,) * (self.pp - 1) + (self.last,)
-
-
-DEFAULT_MAX_STAGE_SKEW = 4
-"""Default of ``max_stage_skew``: the last stage holds at most 4 blocks fewer than the others.
-A lighter last stage pays for the LM head (its time is V/(12·h) blocks' worth: 0.35 for GPT-3
-175B, 2.6 for Llama 3 8B) and its logits; each further block of skew moves 1/(p − 1) block onto
-every other stage, slower and fuller. The cap keeps the layouts per pp to a few (without it,
-pp = 2 alone has L/2) and is stated with every plan that it cuts."""
 
 
 def stage_layouts(layers: int, pp: int, max_skew: int | None = None) -> list[Layout]:
@@ -280,16 +273,6 @@ def _keep_allowed(values: tuple[int, ...], allowed, prune: bool) -> tuple[int, .
     return tuple(sorted(kept))
 
 
-MIN_CP_CHUNK_TOKENS = 1024
-"""Default floor of the sequence chunk a context-parallel rank holds (s/cp): the default
-``max_cp`` is s/1024. Each ring step's K/V transfer hides under the attention of one chunk, which
-shrinks as (s/cp)² while the transfer shrinks as s/cp, so short chunks leave the ring exposed;
-published CP runs use chunks of 4,096 (Llama 3.1 8B–405B at 8k on NeMo, cp 2) to 8,192 tokens
-(Llama 3 405B at 128k, cp 16; Dubey et al. 2024 §3.3.2). The cap is stated with every plan and
-``--max-cp`` moves it: each cp value multiplies the solver's tables (the README's main job solves
-in ~0.2 s with cp ≤ 2, ~1 s with all 11 values up to 1,024)."""
-
-
 def default_max_cp(seq_len: int) -> int:
     """The largest cp searched by default: chunks of at least MIN_CP_CHUNK_TOKENS."""
     return max(1, seq_len // MIN_CP_CHUNK_TOKENS)
@@ -310,7 +293,7 @@ def stated_caps(
     caps = []
     seq_len = job.seq_len_for(model)
     cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
-    cut = [c for c in divisors(gpus) if c > cp_limit and cp_allowed(c, seq_len)]
+    cut = [c for c in cp_values(gpus, seq_len) if c > cp_limit]
     if cut:
         caps.append(
             f"cp ≤ {cp_limit} (--max-cp; chunks of ≥ {seq_len // cp_limit} tokens; leaves out "
@@ -319,8 +302,11 @@ def stated_caps(
     skewed = [
         layout
         for p in divisors(gpus)
-        for layout in stage_layouts(model.layers, p)
-        if layout not in stage_layouts(model.layers, p, max_stage_skew)
+        for layout in sorted(
+            set(stage_layouts(model.layers, p))
+            - set(stage_layouts(model.layers, p, max_stage_skew)),
+            key=lambda x: x.blocks,
+        )
     ]
     if skewed:
         caps.append(
