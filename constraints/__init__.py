@@ -15,8 +15,10 @@ from constraints.structure import (
     add_canonical,
     add_divisibility,
     add_factorization,
+    add_partial_recompute,
     add_pins,
     add_placement,
+    add_rank_order,
 )
 from constraints.tables import TableBuilder
 from constraints.target import PerformanceTarget, add_target
@@ -26,6 +28,8 @@ from planner.cost.flops import model_flops_per_step
 from planner.search_space import SearchSpace
 
 OFFLOAD_KNOBS = ("offload_weights", "offload_activations", "offload_optimizer")
+SIMPLICITY_RADIX = 5
+"""The last tie-break digit: up to three offloads plus a non-default rank order."""
 
 
 @dataclass
@@ -40,7 +44,7 @@ class PlanModel:
     tie_break_weight: int
     """The step objective is step·weight + simplicity, simplicity < weight: among plans of equal
     step time (to the model's resolution) it prefers smaller tp, then smaller cp, then smaller
-    pp, then fewer offloads."""
+    pp, then fewer offloads and the default rank order."""
 
     def step_s(self, step_units: float) -> float:
         return step_units * self.unit_s
@@ -58,15 +62,17 @@ class PlanModel:
         self.model.Minimize(self.objective())
 
     def _simplicity(self) -> cp_model.LinearExpr:
-        """A mixed-radix number below ``tie_break_weight``: digits (tp, cp, pp, offloads)."""
+        """A mixed-radix number below ``tie_break_weight``: digits (tp, cp, pp, offloads plus
+        a non-default rank order)."""
         variables = self.variables
-        pp_slots = 4 * len(variables.domains["pp"])
+        pp_slots = SIMPLICITY_RADIX * len(variables.domains["pp"])
         cp_slots = pp_slots * len(variables.domains["cp"])
         return (
             cp_slots * variables.index("tp")
             + pp_slots * variables.index("cp")
-            + 4 * variables.index("pp")
+            + SIMPLICITY_RADIX * variables.index("pp")
             + sum(1 - variables.onehot[k][0] for k in OFFLOAD_KNOBS)
+            + variables.index("placement")
         )
 
 
@@ -89,6 +95,8 @@ def build_plan_model(
     add_batch(variables, ctx.job)
     add_divisibility(variables, ctx.model, ctx.seq_len)
     add_placement(variables, ctx.system)
+    add_partial_recompute(variables)
+    add_rank_order(variables)
     add_pins(variables)
     add_canonical(variables)
     capacities = [tier.capacity_gib for tier in ctx.system.memory_tiers]
@@ -103,7 +111,7 @@ def build_plan_model(
         add_target(
             variables, steps, target, tables.unit_s, model_flops_per_step(ctx), ctx.peak_flops
         )
-    weight = 4 * math.prod(len(variables.domains[k]) for k in ("pp", "cp", "tp"))
+    weight = SIMPLICITY_RADIX * math.prod(len(variables.domains[k]) for k in ("pp", "cp", "tp"))
     built = PlanModel(
         model=model,
         variables=variables,

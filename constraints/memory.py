@@ -8,7 +8,9 @@ First stage of k blocks, with m = min(n, p) micro-batches in flight and the inte
 f = 1 + (p−1)/(p·v) for v > 1: state + k·f·m·A_stored + min(R, k)·A_working + rebuilt + reserve
 ≤ usable HBM (R: the stack's resident offload blocks). Multiplying by p·v for v > 1 makes every
 coefficient an integer; m·A_stored is one AddMultiplicationEquality. The last stage, of its own
-block count, holds one micro-batch and the logits.
+block count, holds one micro-batch and the logits. Partial recompute (r blocks per stage,
+fewer than the last stage holds) subtracts r·(A_none − A_full) per micro-batch in flight (two
+products) and adds the block a full recompute rebuilds.
 """
 
 from __future__ import annotations
@@ -65,17 +67,33 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
 
     resident = ctx.stack.offload_resident_blocks
     stored_in_flight = product("stored_in_flight", stored)
+    saved, saved_in_flight, partial_rebuilt = _partial_recompute_terms(variables, tables, product)
     hbm_need = need("hbm_need", "hbm", usable)
+    if variables.partial_recompute:
+        # Redundant (a block saves at most what it stores, r < k): the activation terms stay
+        # non-negative, which the relaxation of the products cannot see by itself.
+        for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
+            m.Add(saved_in_flight <= (layout.last - 1) * stored_in_flight).OnlyEnforceIf(chosen)
+            m.Add(saved <= (layout.last - 1) * stored).OnlyEnforceIf(chosen)
     for literals, scale, act_coef, layout in _first_stage_cases(variables):
         work_coef = scale * min(resident, layout.blocks)
         m.Add(
-            scale * (state_first + rebuilt) + act_coef * stored_in_flight + work_coef * working
+            scale * (state_first + rebuilt + partial_rebuilt)
+            + act_coef * stored_in_flight
+            - (act_coef // layout.blocks) * saved_in_flight
+            + work_coef * working
             <= scale * (hbm_need - reserve)
         ).OnlyEnforceIf(literals)
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
         k = layout.last
         m.Add(
-            state_last + rebuilt + logits + k * stored + min(resident, k) * working
+            state_last
+            + rebuilt
+            + partial_rebuilt
+            + logits
+            + k * stored
+            - saved
+            + min(resident, k) * working
             <= hbm_need - reserve
         ).OnlyEnforceIf(chosen)
     hbm = variables.family("hbm", f"HBM fit ({ctx.system.hbm.capacity_gib:g} GiB per GPU)")
@@ -101,6 +119,22 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             m.Add(tier_need <= capacity).OnlyEnforceIf(family)
         offload_needs.append(tier_need)
     return MemoryNeeds(hbm=hbm_need, offload=tuple(offload_needs), unit_bytes=unit)
+
+
+def _partial_recompute_terms(variables: Variables, tables: TableBuilder, product):
+    """(activations saved per micro-batch, the same times the micro-batches in flight, the
+    block rebuilt during a backward) by partial recompute; zeros without it."""
+    partial = variables.partial_literal()
+    if partial is None:
+        return 0, 0, 0
+    saved_per_block, rebuilt_full = tables.partial_activations()
+    r = variables.recomputed_blocks()
+    saved = variables.new_int("partial_saved", variables.ub(r) * variables.ub(saved_per_block))
+    variables.model.AddMultiplicationEquality(saved, [r, saved_per_block])
+    rebuilt = variables.new_int("partial_rebuilt", variables.ub(rebuilt_full))
+    variables.model.Add(rebuilt == rebuilt_full).OnlyEnforceIf(partial)
+    variables.model.Add(rebuilt == 0).OnlyEnforceIf(partial.Not())
+    return saved, product("saved_in_flight", saved), rebuilt
 
 
 def _first_stage_cases(variables: Variables):

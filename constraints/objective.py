@@ -9,12 +9,14 @@ bounds the pipeline:
     pipeline ≥ (n + (p−1)/v)·T,   T = k·U + h·H + [p>1]·2v·M
     v·pipeline ≥ v·k·(n·U) + v·h·(n·H) + [p>1]·2v²·(n·M) + (p−1)·(k·U + h·H + [p>1]·2v·M)
 
-Every coefficient depends only on the layout (p, the first stages' k and the last's) and the
-interleave v, so each (layout, v) enforces one linear inequality per stage kind with integer
-coefficients; minimisation makes the pipeline the slowest stage's. DP exposure is
-max(0, comm − window) per part and per stage kind (two inequalities under minimisation), the
-DP term the larger stage sum; the per-micro-batch part multiplies the micro-batch count by the
-comm table (AddMultiplicationEquality).
+Partial recompute adds r·(U_full − U_none) per stage (and its per-step multiple): products of
+the recomputed-block count r and a table over the block's knobs (AddMultiplicationEquality),
+with coefficient 1 where block terms have k. Every other coefficient depends only on the layout
+(p, the first stages' k and the last's) and the interleave v, so each (layout, v) enforces one
+linear inequality per stage kind with integer coefficients; minimisation makes the pipeline the
+slowest stage's. DP exposure is max(0, comm − window) per part and per stage kind (two
+inequalities under minimisation), the DP term the larger stage sum; the per-micro-batch part
+multiplies the micro-batch count by the comm table (AddMultiplicationEquality).
 """
 
 from __future__ import annotations
@@ -51,13 +53,20 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     head, message = tables.head(), tables.pp_message()
     offload = list(tables.offload_exposed()) if len(tables.ctx.system.memory_tiers) > 1 else []
     per_block = [compute, comm, *offload]
+    partial = (
+        [_times_recomputed(variables, x) for x in tables.partial_recompute()]
+        if variables.partial_recompute
+        else []
+    )
 
     hidden_p2p = tables.ctx.stack.pp_overlap  # P2P under compute with interleaving (step.py)
     bounds = []
     for layout, v, literals in variables.layout_interleaves():
         shown = None if hidden_p2p and v > 1 else message
         for blocks, with_head in ((layout.blocks, False), (layout.last, True)):
-            terms = _pipeline_terms(layout.pp, v, blocks, per_block, head, shown, with_head)
+            terms = _pipeline_terms(
+                layout.pp, v, blocks, per_block, partial, head, shown, with_head
+            )
             bounds.append((v, terms, literals))
     pipeline = variables.new_int(
         "pipeline", max(upper(variables, terms) // v + 1 for v, terms, _ in bounds)
@@ -75,6 +84,9 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     micro_batches = variables.micro_batch_count()
     window_step = [(1, compute.per_step, compute.pp_power)]
     window_step += [(1, o.per_step, o.pp_power) for o in offload]
+    # Partial recompute lengthens the backward by a stage total, not a per-block amount.
+    stage_after = [(1, partial[0].once, 0)] if partial else []
+    stage_step = [(1, partial[0].per_step, partial[0].pp_power)] if partial else []
     stage_sums = []
     for stage in ("first", "last"):
         after, before, per_mb = tables.dp_comm(stage)
@@ -85,6 +97,7 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             [(1, compute.once, 0), (-1, forward.once, 0), *off_b],
             stage,
             overlap,
+            stage_after,
         )
         exposed_before = _exposed_once(
             variables,
@@ -99,7 +112,13 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
         )
         m.AddMultiplicationEquality(comm_all, [micro_batches, per_mb])
         exposed_mb = _exposed_once(
-            variables, f"dp_micro_batch_exposed_{stage}", comm_all, window_step, stage, overlap
+            variables,
+            f"dp_micro_batch_exposed_{stage}",
+            comm_all,
+            window_step,
+            stage,
+            overlap,
+            stage_step,
         )
         stage_sums.append([exposed_after, exposed_before, exposed_mb])
     dp_exposed = variables.new_int(
@@ -117,19 +136,35 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     )
 
 
+def _times_recomputed(variables: Variables, x: PerBlock) -> PerBlock:
+    """r·X for r the blocks per stage partial recompute rebuilds (AddMultiplicationEquality)."""
+    r = variables.recomputed_blocks()
+
+    def times(var: cp_model.IntVar) -> cp_model.IntVar:
+        product = variables.new_int(f"recomputed_{var.Name()}", variables.ub(r) * variables.ub(var))
+        variables.model.AddMultiplicationEquality(product, [r, var])
+        return product
+
+    return PerBlock(once=times(x.once), per_step=times(x.per_step), pp_power=x.pp_power)
+
+
 def _pipeline_terms(
     p: int,
     v: int,
     blocks: int,
     per_block: list[PerBlock],
+    per_stage: list[PerBlock],
     head: PerBlock,
     message: PerBlock | None,
     with_head: bool,
 ) -> list[tuple[int, cp_model.IntVar]]:
     """v × the pipeline bound of a stage of ``blocks`` blocks (see the module docstring);
-    ``message`` None: the stack hides the stage-to-stage messages."""
+    ``per_stage``: stage totals (partial recompute's); ``message`` None: the stack hides the
+    stage-to-stage messages."""
     terms = [(v * blocks * p**x.pp_power, x.per_step) for x in per_block]
     terms += [((p - 1) * blocks, x.once) for x in per_block]
+    terms += [(v * p**x.pp_power, x.per_step) for x in per_stage]
+    terms += [(p - 1, x.once) for x in per_stage]
     if with_head:
         terms += [(v * p**head.pp_power, head.per_step), (p - 1, head.once)]
     if p > 1 and message is not None:
@@ -147,11 +182,12 @@ def _exposed_once(
     window: list[tuple[int, cp_model.IntVar, int]],
     stage: str,
     overlap: cp_model.IntVar | None,
+    stage_window: list[tuple[int, cp_model.IntVar, int]] = (),
 ) -> cp_model.IntVar:
-    """max(0, comm − k·window) for a stage of k blocks: x ≥ comm − k·window under each layout
-    literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation makes it
-    the max). ``window`` terms are (coefficient, variable, pp power): the coefficient is
-    multiplied by pp to that power."""
+    """max(0, comm − k·window − stage window) for a stage of k blocks: x ≥ that under each
+    layout literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation
+    makes it the max). Window terms are (coefficient, variable, pp power): the coefficient is
+    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage."""
     m = variables.model
     exposed = variables.new_int(name, variables.ub(comm))
     if overlap is None:
@@ -161,5 +197,6 @@ def _exposed_once(
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
         blocks = layout.blocks if stage == "first" else layout.last
         window_k = sum(coef * layout.pp**power * var for coef, var, power in window)
-        m.Add(exposed >= comm - blocks * window_k).OnlyEnforceIf([overlap, chosen])
+        whole = sum(coef * layout.pp**power * var for coef, var, power in stage_window)
+        m.Add(exposed >= comm - blocks * window_k - whole).OnlyEnforceIf([overlap, chosen])
     return exposed

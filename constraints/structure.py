@@ -10,6 +10,9 @@ the canonical values of knobs that have no effect.
   sequence splits into 2·cp equal chunks; with interleaving, n is a
   multiple of pp (Megatron's interleaved schedule; the pair literals already admit only
   interleaves that divide the layers per stage);
+- partial recompute: recompute_layers fewer than every stage's blocks, a multiple of the
+  interleave, only as full recompute without ZeRO-3 or offloading (planner.rules);
+- rank order: TP, PP, DP only with cp = 1;
 - placement: a TP group stays inside one scale-up domain unless the system allows otherwise;
 - pins: each user pin is its own family, so a conflict can name it.
 """
@@ -84,6 +87,52 @@ def add_divisibility(variables: Variables, model: ModelSpec, seq_len: int) -> No
             ).OnlyEnforceIf([literal, is_interleaved])
 
 
+def add_partial_recompute(variables: Variables) -> None:
+    """Partial recompute (recompute_layers r > 0, encoded as recompute none + r fully
+    recomputed blocks per stage): fewer blocks than the last (lightest) stage holds, a multiple
+    of the interleave, without ZeRO-3 or offloading (planner.rules). Not a family: the step-time
+    and memory encodings assume it (r·X per stage), so it is never relaxed; a pin that breaks it
+    is the conflict a diagnosis names."""
+    partial = variables.partial_literal()
+    if partial is None:
+        return
+    values, m = variables.domains["recompute_layers"], variables.model
+    forbidden = [variables.is_value("zero_stage", 3)]
+    forbidden += [variables.is_value("recompute", code) for code in (1, 2)]
+    forbidden += [
+        chosen
+        for knob in ("offload_weights", "offload_activations", "offload_optimizer")
+        for value, chosen in zip(variables.domains[knob], variables.onehot[knob], strict=True)
+        if value > 0
+    ]
+    for chosen in forbidden:
+        if chosen is not None:
+            m.AddBoolOr([partial.Not(), chosen.Not()])
+    lightest = sum(
+        (layout.last - 1) * chosen
+        for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True)
+    )
+    m.Add(variables.value("recompute_layers") <= lightest)
+    for r, chosen_r in zip(values, variables.onehot["recompute_layers"], strict=True):
+        for v, chosen_v in zip(
+            variables.domains["interleave"], variables.onehot["interleave"], strict=True
+        ):
+            if r % v:
+                m.AddBoolOr([chosen_r.Not(), chosen_v.Not()])
+
+
+def add_rank_order(variables: Variables) -> None:
+    """The TP, PP, DP rank order has no CP (Megatron's --use-tp-pp-dp-mapping). Not a family:
+    a pin that breaks it is the conflict a diagnosis names."""
+    pp_inside = variables.is_value("placement", 1)
+    cp_one = variables.is_value("cp", 1)
+    if pp_inside is not None:
+        if cp_one is None:
+            variables.model.AddBoolOr([pp_inside.Not()])
+        else:
+            variables.model.AddImplication(pp_inside, cp_one)
+
+
 def add_placement(variables: Variables, system: SystemSpec) -> None:
     if system.tp_across_domain or len(system.network_tiers) == 1:
         return
@@ -115,6 +164,10 @@ def add_canonical(variables: Variables) -> None:
         for knob in ("sequence_parallel", "tp_overlap"):
             if knob not in pins:
                 m.AddImplication(tp_one, variables.onehot[knob][0])
+    if "placement" not in pins and len(variables.domains["placement"]) > 1:
+        for one in (dp_one, variables.is_value("pp", 1)):
+            if one is not None:
+                m.AddImplication(one, variables.onehot["placement"][0])
     if dp_one is not None:
         if "zero_stage" not in pins:
             m.AddImplication(dp_one, variables.onehot["zero_stage"][0])

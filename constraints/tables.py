@@ -34,8 +34,14 @@ from planner.cost.memory import (
     rebuilt_activation_bytes,
     stage_params,
 )
-from planner.cost.step import block_pieces, dp_comm_times_s, optimizer_time_s, pp_message_s
-from planner.specs import SystemSpec
+from planner.cost.step import (
+    block_pieces,
+    dp_comm_times_s,
+    group_spans,
+    optimizer_time_s,
+    pp_message_s,
+)
+from planner.specs import RECOMPUTE_CODES, SystemSpec
 
 KIB = 1024.0
 NEED_CAP_BYTES = float(1 << 46)
@@ -235,6 +241,37 @@ class TableBuilder:
             affected=("scale_out_bw",),
         )
 
+    def partial_recompute(self) -> tuple[PerBlock, PerBlock]:
+        """What r fully recomputed blocks per stage add to a stage that otherwise recomputes
+        nothing, per micro-batch: r·(X(full) − X(none)) for X the block compute and the exposed
+        TP and CP traffic (partial recompute excludes offloading, so the offload terms stay
+        those of recompute none)."""
+        full, none = RECOMPUTE_CODES["full"], RECOMPUTE_CODES["none"]
+
+        def compute(ctx: CostContext, g: Grid) -> np.ndarray:
+            def total(code: int) -> np.ndarray:
+                t = block_times(
+                    ctx, g["tp"], g["micro_batch"], code, g["sequence_parallel"], g["cp"]
+                )
+                return t.forward_s + t.backward_s + t.recompute_s
+
+            return total(full) - total(none)
+
+        def comm(ctx: CostContext, g: Grid) -> np.ndarray:
+            def exposed(code: int) -> np.ndarray:
+                pieces = block_pieces(
+                    ctx, g["tp"], g["micro_batch"], code, 0, g["tp_overlap"], 0, 0, g["cp"]
+                )
+                return pieces.tp_exposed_s + pieces.cp_exposed_s
+
+            return exposed(full) - exposed(none)
+
+        axes = ("tp", "cp", "micro_batch")
+        return (
+            self.per_block("partial_compute", (*axes, "sequence_parallel"), compute),
+            self.per_block("partial_comm", (*axes, "tp_overlap"), comm, affected=("scale_out_bw",)),
+        )
+
     def offload_exposed(self) -> tuple[PerBlock, PerBlock]:
         """(forward, backward) exposed offload traffic per block per micro-batch."""
         knobs = (
@@ -282,10 +319,19 @@ class TableBuilder:
             lambda ctx, g: lm_head_time_s(ctx, g["tp"], g["micro_batch"], g["cp"]),
         )
 
+    @property
+    def placement_axes(self) -> tuple[str, ...]:
+        """The placement knob, where the space offers more than the default rank order."""
+        return ("placement",) if len(self.variables.domains["placement"]) > 1 else ()
+
+    def placement(self, g: Grid) -> np.ndarray | int:
+        return g["placement"] if self.placement_axes else self.variables.domains["placement"][0]
+
     def pp_message(self) -> PerBlock:
-        """One stage-to-stage message per micro-batch; its tier follows the job's span t·c·p·d
-        (the fixed GPU count, or a table over pp and dp when it is free)."""
-        if not self.free_gpus:
+        """One stage-to-stage message per micro-batch; its tier follows the pipeline's span
+        (step.group_spans: t·c·p·d, the fixed GPU count, in the default rank order), a table
+        over pp and dp when the GPU count is free or the placement is searched."""
+        if not self.free_gpus and not self.placement_axes:
             gpus = self.variables.space.gpus
             return self.per_block(
                 "pp_message",
@@ -295,10 +341,18 @@ class TableBuilder:
             )
 
         def message(ctx: CostContext, g: Grid) -> np.ndarray:
-            span = g["tp"] * g["cp"] * g["pp"] * g["dp"]
+            dp = self.data_parallel(g)
+            span = group_spans(g["tp"], g["cp"], g["pp"], dp, self.placement(g))[1]
             return pp_message_s(ctx, g["tp"], g["micro_batch"], span, g["cp"])
 
-        knobs = ("tp", "cp", "micro_batch", "pp", "dp")
+        if not self.free_gpus:
+            return self.per_block(
+                "pp_message",
+                ("tp", "cp", "micro_batch", "pp", *self.placement_axes),
+                message,
+                affected=("scale_out_bw",),
+            )
+        knobs = ("tp", "cp", "micro_batch", "pp", "dp", *self.placement_axes)
         grid, once = self.evaluate(knobs, message, ("scale_out_bw",))
         return PerBlock(
             once=self.time("pp_message", grid, once),
@@ -316,14 +370,17 @@ class TableBuilder:
         """A stage's DP communication: (after the backward, before the forward, per
         micro-batch)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
+        knobs += self.placement_axes
 
         def part(index: int):
             def cost(ctx: CostContext, g: Grid) -> np.ndarray:
+                dp = self.data_parallel(g)
+                span = group_spans(g["tp"], g["cp"], g["pp"], dp, self.placement(g))[0]
                 return dp_comm_times_s(
                     ctx,
                     self.layout_params(g, stage),
-                    g["tp"],
-                    self.data_parallel(g),
+                    span,
+                    dp,
                     g["zero_stage"],
                     g["recompute"],
                     g["cp"],
@@ -400,6 +457,34 @@ class TableBuilder:
             ),
         )
         return stored, working, offloaded, rebuilt
+
+    def partial_activations(self) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+        """(activation bytes per micro-batch that r fully recomputed blocks save against
+        storing all of theirs, r·(A(none) − A(full)); the block rebuilt during a backward, the
+        full-recompute one) for partial recompute."""
+        ctx = self.ctx
+        g = make_grid(self.variables, ("tp", "cp", "micro_batch", "sequence_parallel"))
+        local_mb = g["micro_batch"] / g["cp"]
+
+        def stored(code: int) -> np.ndarray:
+            return block_activation_bytes(ctx, g["tp"], local_mb, code, g["sequence_parallel"])
+
+        # Rounded down, so that the saving never exceeds the evaluation's.
+        full, none = RECOMPUTE_CODES["full"], RECOMPUTE_CODES["none"]
+        saved = stored(none) - stored(full)
+        saved_units = np.floor(np.clip(saved, 0, None) / self.memory_unit_bytes)
+        saving = self.variables.table(
+            "activations_partial_saved", g.knobs, np.minimum(saved_units, self.memory_ceiling)
+        )
+        r = make_grid(self.variables, ("tp", "cp", "micro_batch", "sequence_parallel"))
+        rebuilt = self.memory(
+            "activations_partial_rebuilt",
+            r,
+            rebuilt_activation_bytes(
+                ctx, r["tp"], r["micro_batch"] / r["cp"], full, r["sequence_parallel"]
+            ),
+        )
+        return saving, rebuilt
 
     def logits(self) -> cp_model.IntVar:
         g = make_grid(self.variables, ("tp", "cp", "micro_batch"))

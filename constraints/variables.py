@@ -133,6 +133,26 @@ class Variables:
                     literals = [self.onehot["layout"][i], self.onehot["interleave"][c]]
                     yield layout, v, literals
 
+    @property
+    def partial_recompute(self) -> bool:
+        """Whether partial recompute (recompute_layers > 0) is in the space."""
+        return self.domains["recompute_layers"] != (0,)
+
+    def partial_literal(self) -> cp_model.IntVar | None:
+        """The literal 'recompute_layers > 0' (None when it cannot be)."""
+        if not self.partial_recompute:
+            return None
+        whole = self.is_value("recompute_layers", 0)
+        return whole.Not() if whole is not None else self.model.NewConstant(1)
+
+    def recomputed_blocks(self) -> cp_model.IntVar:
+        """An integer variable equal to recompute_layers (created once)."""
+        if "recompute_layers" not in self.counts:
+            count = self.new_int("recompute_layers_value", max(self.domains["recompute_layers"]))
+            self.model.Add(count == self.value("recompute_layers"))
+            self.counts["recompute_layers"] = count
+        return self.counts["recompute_layers"]
+
     def always_on(self, name: str) -> bool:
         """Whether family ``name`` will be fixed true in this model (so its bound may be
         written into variable domains, which the solver propagates better)."""

@@ -208,7 +208,21 @@ def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
         "the ellipsis repeats to fill --pp stages; default: layers / pp on each)",
     )
     parser.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
+    parser.add_argument(
+        "--recompute-layers",
+        type=_whole(1, lim.MAX_LAYERS),
+        metavar="R",
+        help="with --recompute full: recompute only R blocks of each stage, a multiple of "
+        "--interleave (Megatron's --recompute-method block; default: every block)",
+    )
     parser.add_argument("--sequence-parallel", action="store_true")
+    parser.add_argument(
+        "--placement",
+        choices=["tp-cp-dp-pp", "tp-pp-dp"],
+        default="tp-cp-dp-pp",
+        help="rank order, fastest first (default Megatron-Core's; tp-pp-dp: "
+        "--use-tp-pp-dp-mapping, the pipeline inside the scale-up domain)",
+    )
     parser.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], default=0)
     for what in ("weights", "activations", "optimizer"):
         parser.add_argument(
@@ -451,7 +465,9 @@ def _strategy(args: argparse.Namespace) -> Strategy:
         micro_batch=args.micro_batch,
         interleave=args.interleave,
         recompute=args.recompute,
+        recompute_layers=args.recompute_layers,
         sequence_parallel=args.sequence_parallel,
+        placement=args.placement,
         zero_stage=args.zero_stage,
         offload_weights=args.offload_weights,
         offload_activations=args.offload_activations,

@@ -39,6 +39,17 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
     n = job.global_batch // np.maximum(d * b, 1)
     even = k["first_blocks"] == k["last_blocks"]
     ok &= (v == 1) | ((p > 1) & even & (k["first_blocks"] % v == 0) & (n % p == 0))
+    ok &= (k["placement"] == 0) | (c == 1)
+    r = k["recompute_layers"]
+    offloaded = (k["offload_weights"] > 0) | (k["offload_activations"] > 0)
+    offloaded |= k["offload_optimizer"] > 0
+    ok &= (r == 0) | (
+        (k["recompute"] == 0)
+        & (k["zero_stage"] < 3)
+        & ~offloaded
+        & (r < k["last_blocks"])
+        & (r % v == 0)
+    )
     if not system.tp_across_domain and len(system.network_tiers) > 1:
         ok &= t <= (system.network_tiers[0].domain_gpus or 0)
     ok &= canonical_mask(t, d, k, space.pins, space.domains)

@@ -67,6 +67,13 @@ def strategy_violations(
         )
     if s.interleave > 1:
         problems.extend(_interleave_violations(model, job, s))
+    if s.recompute_layers is not None:
+        problems.extend(_partial_recompute_violations(s))
+    if s.placement == "tp-pp-dp" and s.cp > 1:
+        problems.append(
+            f"placement = tp-pp-dp needs cp = 1 (Megatron's --use-tp-pp-dp-mapping has no CP); "
+            f"it has cp = {s.cp}"
+        )
     seq_len = job.seq_len_for(model)
     if not cp_allowed(s.cp, seq_len):
         problems.append(
@@ -118,6 +125,26 @@ def _interleave_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[
             f"interleave = {s.interleave} needs the micro-batches per step ({micro_batches}) to be "
             f"a multiple of pp ({s.pp}) (Megatron's interleaved schedule)"
         )
+    return problems
+
+
+def _partial_recompute_violations(s: Strategy) -> list[str]:
+    """Megatron's block recompute: part of each stage's blocks fully recomputed, the same count
+    in every model chunk. Modelled with ZeRO ≤ 2 and without offloading (the ZeRO-3 re-gather
+    and the offload stalls of a partly recomputed stage are not)."""
+    r = s.recompute_layers
+    problems = []
+    if s.recompute != "full":
+        problems.append(f"recompute_layers = {r} needs recompute = full (it has {s.recompute})")
+    if r is not None and r % s.interleave:
+        problems.append(
+            f"recompute_layers = {r} must be a multiple of interleave = {s.interleave} "
+            "(Megatron recomputes the same number of blocks in every model chunk)"
+        )
+    if s.zero_stage == 3:
+        problems.append(f"recompute_layers = {r} is modelled with zero_stage 0..2, not 3")
+    if s.offload_weights or s.offload_activations or s.offload_optimizer:
+        problems.append(f"recompute_layers = {r} is modelled without offloading (offload_* = 0)")
     return problems
 
 

@@ -24,7 +24,14 @@ from planner import limits as lim
 from planner.errors import InputError
 from planner.quantities import DEFAULT_MAX_STAGE_SKEW, MIN_CP_CHUNK_TOKENS
 from planner.rules import cp_allowed, cp_values, divisors
-from planner.specs import RECOMPUTE_CODES, JobSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import (
+    PLACEMENT_CODES,
+    RECOMPUTE_CODES,
+    JobSpec,
+    ModelSpec,
+    Strategy,
+    SystemSpec,
+)
 
 KNOBS = (
     "tp",
@@ -34,6 +41,7 @@ KNOBS = (
     "micro_batch",
     "interleave",
     "recompute",
+    "recompute_layers",
     "sequence_parallel",
     "zero_stage",
     "offload_weights",
@@ -41,6 +49,7 @@ KNOBS = (
     "offload_optimizer",
     "dp_overlap",
     "tp_overlap",
+    "placement",
 )
 """The knobs the planner chooses (dp follows from gpus / (tp·cp·pp); ``layout`` indexes
 SearchSpace.layouts, the blocks per stage, and fixes pp)."""
@@ -54,6 +63,7 @@ PIN_LIMITS = {
     "dp": lim.MAX_GPUS,
     "micro_batch": lim.MAX_GLOBAL_BATCH,
     "interleave": lim.MAX_LAYERS,
+    "recompute_layers": lim.MAX_LAYERS,
     "zero_stage": 3,
     "offload_weights": lim.MAX_MEMORY_TIERS - 1,
     "offload_activations": lim.MAX_MEMORY_TIERS - 1,
@@ -146,6 +156,10 @@ def parse_pin(text: str) -> tuple[str, int]:
         if value not in RECOMPUTE_CODES:
             raise InputError(f"--pin {text!r}: recompute is one of none, selective, full")
         return name, RECOMPUTE_CODES[value]
+    if name == "placement":
+        if value not in PLACEMENT_CODES:
+            raise InputError(f"--pin {text!r}: placement is one of {', '.join(PLACEMENT_CODES)}")
+        return name, PLACEMENT_CODES[value]
     if name in ("sequence_parallel", "dp_overlap", "tp_overlap"):
         if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
             raise InputError(f"--pin {text!r}: {name} is true or false")
@@ -154,7 +168,7 @@ def parse_pin(text: str) -> tuple[str, int]:
         number = int(value)
     except ValueError:
         raise InputError(f"--pin {text!r}: {name} takes a whole number") from None
-    low = 0 if name == "zero_stage" or name.startswith("offload") else 1
+    low = 0 if name in ("zero_stage", "recompute_layers") or name.startswith("offload") else 1
     if not low <= number <= PIN_LIMITS[name]:
         raise InputError(f"--pin {text!r}: {name} is allowed in {low}..{PIN_LIMITS[name]}")
     return name, number
@@ -182,6 +196,8 @@ def build_search_space(
         flash-attention kernel, selective recompute is the same plan as none and is left out. An
     overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off."""
     pins = dict(pins or {})
+    if pins.get("recompute_layers", 0) > 0 and pins.get("recompute") == RECOMPUTE_CODES["full"]:
+        pins["recompute"] = RECOMPUTE_CODES["none"]  # partial full recompute: none + r blocks
     stack = hardware_catalog.load_stack(job.stack)
     seq_len = job.seq_len_for(model)
     tiers = tuple(range(len(system.memory_tiers)))
@@ -226,6 +242,7 @@ def build_search_space(
             v for v in divisors(model.layers) if v < model.layers and v <= (max_interleave or v)
         ),
         "recompute": recompute,
+        "recompute_layers": (0,),
         "sequence_parallel": (0, 1),
         "zero_stage": (0, 1, 2, 3),
         "offload_weights": tiers,
@@ -233,6 +250,7 @@ def build_search_space(
         "offload_optimizer": tiers,
         "dp_overlap": (0, 1) if stack.dp_overlap else (0,),
         "tp_overlap": (0, 1) if stack.tp_overlap else (0,),
+        "placement": tuple(PLACEMENT_CODES.values()) if len(system.network_tiers) > 1 else (0,),
     }
     for name, value in pins.items():
         if name.startswith("offload") and value not in tiers:
@@ -247,6 +265,7 @@ def build_search_space(
         layout for p in domains["pp"] for layout in stage_layouts(model.layers, p, max_stage_skew)
     )
     domains["layout"] = tuple(range(len(layouts)))
+    domains["recompute_layers"] = _partial_recompute_values(domains, pins, layouts)
     return SearchSpace(
         layouts=layouts,
         gpus=gpus,
@@ -256,6 +275,28 @@ def build_search_space(
         max_gpus=limit,
         gpu_multiple=gpu_multiple,
     )
+
+
+def _partial_recompute_values(
+    domains: dict[str, tuple[int, ...]], pins: dict[str, int], layouts: tuple[Layout, ...]
+) -> tuple[int, ...]:
+    """0 (no partial recompute) and, where partial recompute can be chosen (full recompute
+    offered, recompute not pinned, ZeRO ≤ 2 and no offloading possible), 1 .. the most blocks a
+    last stage holds − 1 (fewer than every stage holds: recomputing them all is full
+    recompute). A pinned value is kept (rules name the conflict)."""
+    possible = (
+        RECOMPUTE_CODES["full"] in domains["recompute"]
+        and ("recompute" not in pins or "recompute_layers" in pins)
+        and min(domains["zero_stage"]) < 3
+        and all(
+            0 in domains[k] for k in ("offload_weights", "offload_activations", "offload_optimizer")
+        )
+    )
+    largest = max((layout.last for layout in layouts), default=1) - 1 if possible else 0
+    values = set(range(largest + 1))
+    if "recompute_layers" in pins:
+        values.add(pins["recompute_layers"])
+    return tuple(sorted(values))
 
 
 UNPRUNED_EXTRA_VALUES = 4
@@ -344,7 +385,8 @@ def canonical_mask(
 ) -> np.ndarray:
     """True where no knob that has no effect departs from its canonical value (unpinned ones
     only): sequence_parallel and tp_overlap are off when tp = 1; zero_stage is 0 and dp_overlap
-    its largest value (on, where the stack can overlap) when dp = 1."""
+    its largest value (on, where the stack can overlap) when dp = 1; the placement is the
+    default rank order unless both dp and pp exceed 1 (otherwise the orders coincide)."""
     keep = np.ones(np.broadcast(tp, dp).shape, dtype=bool)
     if "sequence_parallel" not in pins:
         keep &= (tp > 1) | (k["sequence_parallel"] == 0)
@@ -354,13 +396,17 @@ def canonical_mask(
         keep &= (dp > 1) | (k["zero_stage"] == 0)
     if "dp_overlap" not in pins:
         keep &= (dp > 1) | (k["dp_overlap"] == max(domains["dp_overlap"]))
+    if "placement" not in pins:
+        keep &= ((dp > 1) & (k["pp"] > 1)) | (k["placement"] == 0)
     return keep
 
 
 def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy:
     """A Strategy from knob values (recompute as its 0/1/2 code, the layout as its index)."""
     names = {code: name for name, code in RECOMPUTE_CODES.items()}
+    partial = values.get("recompute_layers", 0)
     return Strategy(
+        recompute_layers=partial or None,
         stage_layers=space.layouts[values["layout"]].stage_layers(),
         tp=values["tp"],
         cp=values["cp"],
@@ -368,7 +414,7 @@ def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy
         dp=values["dp"],
         micro_batch=values["micro_batch"],
         interleave=values["interleave"],
-        recompute=names[values["recompute"]],
+        recompute="full" if partial else names[values["recompute"]],
         sequence_parallel=bool(values["sequence_parallel"]),
         zero_stage=values["zero_stage"],
         offload_weights=values["offload_weights"],
@@ -376,4 +422,5 @@ def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy
         offload_optimizer=values["offload_optimizer"],
         dp_overlap=bool(values["dp_overlap"]),
         tp_overlap=bool(values["tp_overlap"]),
+        placement=next(n for n, c in PLACEMENT_CODES.items() if c == values.get("placement", 0)),
     )

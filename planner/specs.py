@@ -23,6 +23,10 @@ AttentionKernel = Literal["flash", "materialized"]
 GradDtype = Literal["fp32", "bf16"]
 
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+Placement = Literal["tp-cp-dp-pp", "tp-pp-dp"]
+PLACEMENT_CODES: dict[str, int] = {"tp-cp-dp-pp": 0, "tp-pp-dp": 1}
+"""Rank orders (fastest-varying group first): Megatron-Core's default, and the one of
+``--use-tp-pp-dp-mapping`` (no CP), which puts the pipeline inside the scale-up domain."""
 """Integer codes of the recompute modes, as used by the vectorised cost model."""
 
 
@@ -342,6 +346,15 @@ class Strategy(Spec):
     offload_optimizer: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
     dp_overlap: bool = True
     tp_overlap: bool = False
+    recompute_layers: int | None = Field(default=None, gt=0, le=lim.MAX_LAYERS)
+    """With ``recompute = "full"``: only this many blocks of each stage are recomputed, the
+    others store their activations (Megatron's ``--recompute-method block
+    --recompute-num-layers``, which counts per model chunk: recompute_layers / interleave).
+    None: every block."""
+    placement: Placement = "tp-cp-dp-pp"
+    """The order the groups take over the ranks, fastest first: a TP group is t consecutive
+    GPUs; then CP, DP, PP (default: a DP group spans t·cp·dp GPUs, the pipeline all of them) or
+    PP before DP (``tp-pp-dp``: the pipeline spans t·pp GPUs, a DP group all of them)."""
     stage_layers: tuple[int, ...] | None = None
     """Blocks on each pipeline stage, first to last (None: layers / pp on every stage).
     Megatron's layouts: the first and the last stage free (``--decoder-first-pipeline-num-layers``,
@@ -385,7 +398,10 @@ class Strategy(Spec):
             parts.append(f"v={self.interleave}")
         if self.stage_layers is not None:
             parts.append("stages=" + _layout_text(self.stage_layers))
-        parts.append(self.recompute + ("+SP" if self.sequence_parallel else ""))
+        recompute = self.recompute
+        if self.recompute_layers is not None:
+            recompute += f"({self.recompute_layers}/stage)"
+        parts.append(recompute + ("+SP" if self.sequence_parallel else ""))
         if self.zero_stage:
             parts.append(f"ZeRO-{self.zero_stage}")
         offloaded = [
@@ -399,6 +415,8 @@ class Strategy(Spec):
         ]
         if offloaded:
             parts.append("offload " + ",".join(offloaded))
+        if self.placement != "tp-cp-dp-pp":
+            parts.append(f"order={self.placement}")
         if not self.dp_overlap:
             parts.append("no-dp-overlap")
         if self.tp_overlap:

@@ -60,6 +60,8 @@ def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
         "offload_optimizer": 0,
         "dp_overlap": True,
         "tp_overlap": False,
+        "placement": "tp-cp-dp-pp",
+        "recompute_layers": None,
         "stage_layers": None,
     }
     estimate = payload["estimate"]
@@ -363,6 +365,11 @@ def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None
         ([*BLOOM, "--pp", "12", "--stage-layers", "5,7,5,...,5,13"], "must be equal"),
         ([*BLOOM, "--pp", "3", "--stage-layers", "5,6,...,6,5"], "4 stages given, --pp 3"),
         ([*BLOOM, "--pp", "12"], "unless stage_layers states the blocks per stage"),
+        ([*EVALUATE, "--recompute-layers", "4"], "needs recompute = full"),
+        (
+            [*EVALUATE[:-3], "--recompute", "full", "--recompute-layers", "3"],
+            "multiple of interleave = 2",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -435,6 +442,46 @@ def test_plan_searches_context_parallelism_under_a_stated_cap(
     assert code == 0 and json.loads(out)["strategy"]["cp"] == 2
     code, out, _ = run(capsys, *PLAN, "--pin", "cp=2")
     assert code == 0 and "cp=2" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_evaluate_partial_recompute(capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
+    """Megatron's block method: 2 of each stage's 6 blocks recomputed (1 per model chunk)."""
+    argv = [*EVALUATE[:-3], "--recompute", "full", "--recompute-layers", "2"]
+    code, out, _ = run(capsys, *argv, *(["--json"] if as_json else []))
+    assert code == 0
+    if as_json:
+        payload = json.loads(out)
+        assert payload["strategy"]["recompute"] == "full"
+        assert payload["strategy"]["recompute_layers"] == 2
+        assert payload["estimate"]["mfu"] < payload["estimate"]["hfu"]
+    else:
+        assert "full(2/stage)" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_plan_with_a_partial_recompute_pin(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    code, out, _ = run(
+        capsys, *PLAN, "--pin", "recompute_layers=1", *(["--json"] if as_json else [])
+    )
+    assert code == 0
+    if as_json:
+        strategy = json.loads(out)["strategy"]
+        assert (strategy["recompute"], strategy["recompute_layers"]) == ("full", 1)
+    else:
+        assert "full(1/stage)" in out
+
+
+def test_plan_partial_recompute_pin_against_zero3_exits_3(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [*PLAN, "--pin", "recompute_layers=2", "--pin", "zero_stage=3", "--json"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 3
+    families = {c["family"] for c in json.loads(out)["diagnosis"]["conflicts"]}
+    assert families & {"pin:recompute_layers", "pin:zero_stage"}
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])

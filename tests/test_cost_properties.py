@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -148,3 +149,36 @@ def test_vectorised_evaluation_equals_scalar_element_by_element(batch) -> None:
         assert float(vector.offload_bytes(1)[i]) == float(scalar.offload_bytes(1))
         for name, value in scalar.breakdown().items():
             assert float(vector.breakdown()[name][i]) == float(value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems())
+def test_partial_recompute_lies_between_none_and_full(problem) -> None:
+    """r fully recomputed blocks per stage: r = 0 is recompute none, r = the stage's blocks is
+    full; in between, step time rises and HBM falls with r (ZeRO ≤ 2, no offloading: the
+    space partial recompute is modelled in)."""
+    model, job, knobs = problem
+    knobs = {
+        **knobs,
+        "zero_stage": min(knobs["zero_stage"], 2),
+        "offload_weights": 0,
+        "offload_activations": 0,
+        "offload_optimizer": 0,
+    }
+    ctx = CostContext(model, simple_system(), job)
+    blocks = model.layers // knobs["pp"]
+
+    def terms(code: int, r: int):
+        return evaluate_terms(ctx, Knobs.of(**{**knobs, "recompute": code, "recompute_layers": r}))
+
+    none, full = terms(0, 0), terms(2, 0)
+    assert float(terms(0, blocks).step_time_s) == pytest.approx(float(full.step_time_s))
+    assert float(terms(0, blocks).hbm_bytes) == pytest.approx(float(full.hbm_bytes))
+    assert float(terms(0, blocks).hfu) == pytest.approx(float(full.hfu))
+    previous = none
+    for r in range(1, blocks + 1):
+        current = terms(0, r)
+        assert float(current.step_time_s) >= float(previous.step_time_s) * (1 - 1e-12)
+        if r > 1:  # the first recomputed block adds the rebuilt block's working memory
+            assert float(current.hbm_bytes) <= float(previous.hbm_bytes) * (1 + 1e-12)
+        previous = current

@@ -71,6 +71,20 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
         tp_overlap=tp > 1 and draw(st.booleans()),
         stage_layers=layout,
     )
+    if strategy.cp == 1 and draw(st.booleans()):
+        strategy = strategy.model_copy(update=dict(placement="tp-pp-dp"))
+    if strategy.recompute == "full" and strategy.zero_stage < 3 and draw(st.booleans()):
+        lightest = min(layout or (model.layers // pp,))
+        partial = list(range(interleave, lightest, interleave))
+        assume(partial)
+        strategy = strategy.model_copy(
+            update=dict(
+                recompute_layers=draw(st.sampled_from(partial)),
+                offload_weights=0,
+                offload_activations=0,
+                offload_optimizer=0,
+            )
+        )
     job = JobSpec(
         global_batch=dp * micro * pp * draw(st.integers(1, 3)),
         seq_len=draw(st.sampled_from([2048, 4096])),

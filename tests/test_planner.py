@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from planner.api import evaluate
 from planner.cost.context import CostContext
 from planner.oracle import enumerate_strategies
 from planner.plan import plan
@@ -239,3 +240,44 @@ def test_plan_lays_blocks_unevenly_when_pp_does_not_divide_the_layers() -> None:
     assert result.strategy.pp == 4 and result.strategy.stage_layers == (2, 2, 2, 1)
     assert expected[0].strategy.stage_layers == (2, 2, 2, 1)
     assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+
+
+def test_plan_recomputes_part_of_each_stage_when_memory_lies_between() -> None:
+    """0.4 GiB of HBM: storing every block's activations does not fit, recomputing all of them
+    costs more than recomputing 3 of 8. Solver and oracle agree on partial recompute."""
+    model = gpt_model(hidden=512, heads=8, layers=8, ffn_hidden=2048, seq_len=2048)
+    system = simple_system(memory_tiers=[dict(name="HBM", capacity_gib=0.4, bandwidth_gbps=2000)])
+    job = JobSpec(global_batch=8, hbm_reserve_gib=0.01)
+    ctx = CostContext(model, system, job)
+    space = build_search_space(model, system, job, 4, max_cp=1, max_micro_batch=8)
+    expected = enumerate_strategies(ctx, space)
+    result = plan(model, system, job, 4, max_cp=1, max_micro_batch=8)
+    assert result.status == "optimal"
+    assert expected[0].strategy.recompute_layers is not None
+    assert result.strategy.recompute == "full" and result.strategy.recompute_layers is not None
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+    assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)
+
+
+def test_plan_puts_the_pipeline_inside_the_scale_up_domain_when_it_pays() -> None:
+    """A small model at 8k tokens, pp = 4 pinned on domains of 4 GPUs behind a slow scale-out
+    tier: the stage-to-stage messages outweigh the (overlapped) gradient reduction, so the
+    TP, PP, DP rank order wins. Solver and oracle agree."""
+    model = gpt_model(hidden=1024, heads=8, layers=8, ffn_hidden=4096, seq_len=8192)
+    system = simple_system(
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=4, bandwidth_gbps=300, latency_us=2, efficiency=0.8),
+            dict(name="ib", bandwidth_gbps=5, latency_us=5, efficiency=0.8),
+        ]
+    )
+    job = JobSpec(global_batch=1024, hbm_reserve_gib=0.01)
+    pins = {"tp": 1, "pp": 4}
+    limits = dict(max_cp=1, max_micro_batch=4, max_interleave=1)
+    space = build_search_space(model, system, job, 16, pins, **limits)
+    expected = enumerate_strategies(CostContext(model, system, job), space)
+    result = plan(model, system, job, 16, pins=pins, **limits)
+    assert result.status == "optimal"
+    assert expected[0].strategy.placement == result.strategy.placement == "tp-pp-dp"
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+    default = result.strategy.model_copy(update={"placement": "tp-cp-dp-pp"})
+    assert evaluate(model, system, job, default).step_time_s > result.estimate.step_time_s

@@ -32,7 +32,9 @@ import numpy as np
 
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
+from planner.specs import RECOMPUTE_CODES
 
+FULL = RECOMPUTE_CODES["full"]
 ZERO3_GATHERED_BLOCKS = 2
 """Blocks whose ZeRO-3 shards are gathered at once: the current one and the prefetched next."""
 
@@ -287,9 +289,15 @@ def stage_memory(
     else:
         ahead = np.asarray(k["pp"]) - (1 if stage == "middle" else 0)
         in_flight = in_flight_micro_batches(ahead, k["interleave"], micro_batches, k["pp"])
-    stored = blocks_per_stage * per_block * in_flight
+    recomputed = np.minimum(np.asarray(k["recompute_layers"], dtype=float), blocks_per_stage)
+    full = block_activation_bytes(ctx, k["tp"], local_mb, FULL, k["sequence_parallel"])
+    stored = ((blocks_per_stage - recomputed) * per_block + recomputed * full) * in_flight
     rebuilt = rebuilt_activation_bytes(
-        ctx, k["tp"], local_mb, k["recompute"], k["sequence_parallel"]
+        ctx,
+        k["tp"],
+        local_mb,
+        np.where(recomputed > 0, FULL, k["recompute"]),
+        k["sequence_parallel"],
     )
     act_working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * per_block
     off_a = np.asarray(k["offload_activations"])

@@ -1,9 +1,8 @@
 """Communication time: which network tier a group runs on, and ring-collective costs.
 
-Ranks are ordered TP fastest, then DP, then PP (Megatron's order), and placed contiguously, so
-a TP group spans t consecutive GPUs, a DP group t·d, and the pipeline's stage-to-stage hops the
-whole job, t·d·p. A group runs on the first tier whose domain holds its span; the last tier
-spans the system.
+Ranks are placed contiguously in the strategy's rank order (TP fastest; then CP, DP, PP by
+default, or PP before DP: step.group_spans), so a group of g ranks at stride σ spans g·σ GPUs. A
+group runs on the first tier whose domain holds its span; the last tier spans the system.
 
 Ring collectives on g ranks with per-GPU bandwidth β (per direction, times the tier's
 efficiency) and latency α (Thakur et al. 2005; NCCL's ring algorithm):

@@ -8,20 +8,23 @@ states ``stage_layers``) and v virtual stages per rank, the 1F1B (interleaved) s
     T        = max_i (k_i · U + [i last] · head) + PP comm
     U        = fwd + bwd + recompute + TP, CP and offload exposed
 
-per step, where every term of T is per micro-batch on the slowest stage: the LM head runs on the
-last, PP comm is 2·v point-to-point messages of b·s·h·e/t bytes (activations forward,
+per step, where every term of T is per micro-batch on the slowest stage (with partial
+recompute, Megatron's block method, r = min(recompute_layers, k_i) of a stage's blocks cost U
+under full recompute and the other k_i − r U under the strategy's base mode): the LM head runs
+on the last, PP comm is 2·v point-to-point messages of b·s·h·e/t bytes (activations forward,
 gradients backward; Megatron's scatter/gather optimisation divides them by t), hidden when the
 stack overlaps pipeline sends and receives with compute (interleaved schedule only). The bubble
 is the (p − 1)/v · T part. Then
 
     step = pipeline + DP exposed + optimizer step + the stack's per-step overhead.
 
-Ranks are ordered TP, CP, DP, PP (Megatron-Core's default order): a CP group spans t·cp GPUs,
-a DP group t·cp·d, the pipeline t·cp·d·p. Context parallelism (Megatron-Core's ring attention)
-passes each rank's K and V chunk around the cp ranks: (cp − 1) point-to-point steps of
-2·(b·s/cp)·k·d_h/t·e bytes per block forward, twice that backward (K, V and their gradients),
-each hidden under the attention core of the chunk in hand; the excess is exposed. Weights are
-replicated over cp, so the gradients are reduced over the d·cp ranks.
+Ranks are ordered TP, CP, DP, PP (Megatron-Core's default order): a CP group spans t·cp GPUs, a
+DP group t·cp·d, the pipeline t·cp·d·p; or TP, PP, DP (``--use-tp-pp-dp-mapping``, cp = 1): the
+pipeline spans t·p GPUs and a DP group t·p·d (group_spans). Context parallelism (Megatron-Core's
+ring attention) passes each rank's K and V chunk around the cp ranks: (cp − 1) point-to-point
+steps of 2·(b·s/cp)·k·d_h/t·e bytes per block forward, twice that backward (K, V and their
+gradients), each hidden under the attention core of the chunk in hand; the excess is exposed.
+Weights are replicated over cp, so the gradients are reduced over the d·cp ranks.
 
 DP communication per step, ring collectives over d·cp ranks on the tier that t·cp·d GPUs span:
 ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated
@@ -62,7 +65,7 @@ from planner.cost.memory import (
 )
 from planner.cost.network import all_gather_s, all_reduce_s, point_to_point_s, reduce_scatter_s
 from planner.cost.offload import offload_exposed_s, optimizer_step_s
-from planner.specs import RECOMPUTE_CODES, Strategy
+from planner.specs import PLACEMENT_CODES, RECOMPUTE_CODES, Strategy
 
 LAYOUT_FIELDS = ("first_blocks", "middle_blocks", "last_blocks")
 
@@ -85,6 +88,12 @@ class Knobs:
     offload_optimizer: np.ndarray
     dp_overlap: np.ndarray
     tp_overlap: np.ndarray
+    placement: np.ndarray
+    """Rank order code (specs.PLACEMENT_CODES): 0 TP, CP, DP, PP; 1 TP, PP, DP."""
+    recompute_layers: np.ndarray
+    """Blocks per stage fully recomputed (at most the stage's), the others following
+    ``recompute``; 0: every block follows it. Strategy(recompute="full", recompute_layers=r)
+    is recompute 0 (none) with r here."""
     first_blocks: np.ndarray
     """Blocks on the first stage; 0: layers / pp (an even layout). Likewise the two below."""
     middle_blocks: np.ndarray
@@ -94,18 +103,26 @@ class Knobs:
     def of(cls, **values: object) -> Knobs:
         """Knobs from arrays or scalars; omitted knobs take the Strategy defaults (an even
         layout for the stage blocks)."""
-        defaults = {**Strategy().model_dump(), **dict.fromkeys(LAYOUT_FIELDS, 0)}
+        defaults = {
+            **Strategy().model_dump(),
+            **dict.fromkeys(LAYOUT_FIELDS, 0),
+            "recompute_layers": 0,
+        }
         merged = {name.name: values.get(name.name, defaults[name.name]) for name in fields(cls)}
         unknown = set(values) - set(merged)
         if unknown:
             raise TypeError(f"unknown knobs: {sorted(unknown)}")
         if isinstance(merged["recompute"], str):
             merged["recompute"] = RECOMPUTE_CODES[merged["recompute"]]
+        if isinstance(merged["placement"], str):
+            merged["placement"] = PLACEMENT_CODES[merged["placement"]]
         return cls(**{name: np.asarray(value) for name, value in merged.items()})
 
     @classmethod
     def from_strategy(cls, strategy: Strategy) -> Knobs:
-        values = strategy.model_dump(exclude={"stage_layers"})
+        values = strategy.model_dump(exclude={"stage_layers", "recompute_layers"})
+        if strategy.recompute_layers is not None:
+            values.update(recompute="none", recompute_layers=strategy.recompute_layers)
         if strategy.stage_layers is not None:
             first, middle, last = strategy.stage_blocks(sum(strategy.stage_layers))
             values.update(first_blocks=first, middle_blocks=middle, last_blocks=last)
@@ -256,6 +273,24 @@ def block_pieces(
     )
 
 
+def stage_pieces(
+    base: BlockPieces, full: BlockPieces | None, blocks: np.ndarray, recompute_layers: ArrayLike
+) -> BlockPieces:
+    """A stage's per-micro-batch sums of the block pieces: (k − r)·base + r·full per field,
+    with r = min(recompute_layers, k) blocks fully recomputed (Megatron's block method) and
+    ``full`` the pieces under full recompute (None where no strategy recomputes partly)."""
+    k = np.asarray(blocks, dtype=float)
+    if full is None:
+        return BlockPieces(**{f.name: k * getattr(base, f.name) for f in fields(BlockPieces)})
+    r = np.minimum(np.asarray(recompute_layers, dtype=float), k)
+    return BlockPieces(
+        **{
+            f.name: (k - r) * getattr(base, f.name) + r * getattr(full, f.name)
+            for f in fields(BlockPieces)
+        }
+    )
+
+
 def cp_exposed_s(
     ctx: CostContext,
     tp: ArrayLike,
@@ -288,10 +323,21 @@ def pp_message_s(
     return point_to_point_s(ctx, span, nbytes / np.asarray(tp, dtype=float))
 
 
+def group_spans(
+    tp: ArrayLike, cp: ArrayLike, pp: ArrayLike, dp: ArrayLike, placement: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(GPUs a DP group spans, GPUs the pipeline spans) under the rank order: t·c·d and t·c·d·p
+    for TP, CP, DP, PP; t·c·p·d and t·c·p for TP, PP, DP."""
+    inner = np.asarray(tp) * np.asarray(cp)
+    p, d = np.asarray(pp), np.asarray(dp)
+    pp_inside = np.asarray(placement) == PLACEMENT_CODES["tp-pp-dp"]
+    return inner * d * np.where(pp_inside, p, 1), inner * p * np.where(pp_inside, 1, d)
+
+
 def dp_comm_times_s(
     ctx: CostContext,
     params: ArrayLike,
-    tp: ArrayLike,
+    span: ArrayLike,
     dp: ArrayLike,
     zero_stage: ArrayLike,
     recompute: ArrayLike,
@@ -299,10 +345,9 @@ def dp_comm_times_s(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(once per step after the backward, once per step before the forward, per micro-batch)
     DP communication times, unhidden, of a stage whose ranks hold ``params`` parameters each,
-    over the d·cp ranks that hold the same weights. Depends on (tp, cp, dp, zero_stage,
-    recompute) and the stage's layout."""
+    over the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans).
+    Depends on (tp, cp, dp, zero_stage, recompute), the stage's layout and the placement."""
     d = np.asarray(dp) * np.asarray(cp)
-    span = np.asarray(tp) * d
     zero = np.asarray(zero_stage)
     params = np.asarray(params, dtype=float)
     grads = ctx.grad_bytes * params
@@ -370,31 +415,47 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     n = ctx.job.global_batch / (d * np.asarray(k["micro_batch"], dtype=float))
     blocks = layout_blocks(ctx, p, k["first_blocks"], k["middle_blocks"], k["last_blocks"])
 
-    piece = block_pieces(
-        ctx,
-        k["tp"],
-        k["micro_batch"],
-        k["recompute"],
-        k["sequence_parallel"],
-        k["tp_overlap"],
-        k["offload_weights"],
-        k["offload_activations"],
-        k["cp"],
-    )
+    def pieces(recompute: ArrayLike) -> BlockPieces:
+        return block_pieces(
+            ctx,
+            k["tp"],
+            k["micro_batch"],
+            recompute,
+            k["sequence_parallel"],
+            k["tp_overlap"],
+            k["offload_weights"],
+            k["offload_activations"],
+            k["cp"],
+        )
+
+    partial = np.asarray(k["recompute_layers"])
+    full = pieces(RECOMPUTE_CODES["full"]) if np.any(partial > 0) else None
+    stage = {
+        kind: stage_pieces(pieces(k["recompute"]), full, blocks[kind], partial) for kind in STAGES
+    }
     head = lm_head_time_s(ctx, k["tp"], k["micro_batch"], k["cp"])
     pp_exposed = (p > 1) & ~((v > 1) & ctx.stack.pp_overlap)
+    dp_span, pipeline_span = group_spans(t, c, p, d, k["placement"])
     pp_per_micro_batch = np.where(
-        pp_exposed, 2 * v * pp_message_s(ctx, k["tp"], k["micro_batch"], t * c * d * p, c), 0.0
+        pp_exposed, 2 * v * pp_message_s(ctx, k["tp"], k["micro_batch"], pipeline_span, c), 0.0
     )
-    first_s = blocks["first"] * piece.total_s
-    middle_s = np.where(stage_present(p, "middle"), blocks["middle"] * piece.total_s, 0.0)
-    last_s = blocks["last"] * piece.total_s + head
+    first_s = stage["first"].total_s
+    middle_s = np.where(stage_present(p, "middle"), stage["middle"].total_s, 0.0)
+    last_s = stage["last"].total_s + head
     slowest_s = np.maximum.reduce([first_s, middle_s, last_s])
     last_slowest = last_s >= slowest_s
-    critical_blocks = np.where(
-        last_slowest,
-        blocks["last"],
-        np.where(first_s >= middle_s, blocks["first"], blocks["middle"]),
+    first_slowest = ~last_slowest & (first_s >= middle_s)
+    critical = BlockPieces(
+        **{
+            f.name: np.where(
+                last_slowest,
+                getattr(stage["last"], f.name),
+                np.where(
+                    first_slowest, getattr(stage["first"], f.name), getattr(stage["middle"], f.name)
+                ),
+            )
+            for f in fields(BlockPieces)
+        }
     )
     critical_head = np.where(last_slowest, head, 0.0)
     per_micro_batch = slowest_s + pp_per_micro_batch
@@ -402,13 +463,13 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     overlap = np.asarray(k["dp_overlap"], dtype=bool) & ctx.stack.dp_overlap
     dp_exposed = np.zeros(np.broadcast(t, c, p, d, n).shape)
     optimizer = np.zeros(())
-    for stage in STAGES:
-        params = stage_params(ctx, k["tp"], p, blocks[stage], stage).total
+    for kind in STAGES:
+        params = stage_params(ctx, k["tp"], p, blocks[kind], kind).total
         after_backward, before_forward, per_mb_comm = dp_comm_times_s(
-            ctx, params, k["tp"], k["dp"], k["zero_stage"], k["recompute"], k["cp"]
+            ctx, params, dp_span, k["dp"], k["zero_stage"], k["recompute"], k["cp"]
         )
-        backward_window = np.where(overlap, blocks[stage] * piece.backward_window_s, 0.0)
-        forward_window = np.where(overlap, blocks[stage] * piece.forward_window_s, 0.0)
+        backward_window = np.where(overlap, stage[kind].backward_window_s, 0.0)
+        forward_window = np.where(overlap, stage[kind].forward_window_s, 0.0)
         exposed = (
             np.maximum(0.0, after_backward - backward_window)
             + np.maximum(0.0, before_forward - forward_window)
@@ -417,23 +478,28 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         stage_optimizer = optimizer_time_s(
             ctx, params, k["dp"], k["zero_stage"], k["offload_optimizer"], k["cp"]
         )
-        present = stage_present(p, stage)
+        present = stage_present(p, kind)
         dp_exposed = np.maximum(dp_exposed, np.where(present, exposed, 0.0))
         optimizer = np.maximum(optimizer, np.where(present, stage_optimizer, 0.0))
     step = (n + (p - 1) / v) * per_micro_batch + dp_exposed + optimizer
     model_flops = model_flops_per_step(ctx)
-    hardware_flops = model_flops + recompute_flops_per_step(ctx, k["recompute"])
+    share = recomputed_share(ctx, p, blocks, partial)
+    hardware_flops = (
+        model_flops
+        + (1 - share) * recompute_flops_per_step(ctx, k["recompute"])
+        + share * recompute_flops_per_step(ctx, RECOMPUTE_CODES["full"])
+    )
     capacity = step * t * c * p * d * ctx.peak_flops
-    memory = {stage: stage_memory(ctx, k, n, blocks[stage], stage) for stage in STAGES}
+    memory = {kind: stage_memory(ctx, k, n, blocks[kind], kind) for kind in STAGES}
     return StepTerms(
         micro_batches=n,
-        forward_s=n * (critical_blocks * piece.forward_s + critical_head / 3),
-        backward_s=n * (critical_blocks * piece.backward_s + 2 * critical_head / 3),
-        recompute_s=n * critical_blocks * piece.recompute_s,
-        tp_comm_s=n * critical_blocks * piece.tp_exposed_s,
-        cp_comm_s=n * critical_blocks * piece.cp_exposed_s,
+        forward_s=n * (critical.forward_s + critical_head / 3),
+        backward_s=n * (critical.backward_s + 2 * critical_head / 3),
+        recompute_s=n * critical.recompute_s,
+        tp_comm_s=n * critical.tp_exposed_s,
+        cp_comm_s=n * critical.cp_exposed_s,
         pp_comm_s=n * pp_per_micro_batch,
-        offload_s=n * critical_blocks * (piece.offload_forward_s + piece.offload_backward_s),
+        offload_s=n * (critical.offload_forward_s + critical.offload_backward_s),
         bubble_s=(p - 1) / v * per_micro_batch,
         dp_comm_s=dp_exposed,
         optimizer_s=optimizer,
@@ -447,6 +513,21 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         middle_stage=_where_present(p, memory["middle"], memory["first"]),
         last_stage=memory["last"],
     )
+
+
+def recomputed_share(
+    ctx: CostContext, pp: np.ndarray, blocks: dict[str, np.ndarray], recompute_layers: ArrayLike
+) -> np.ndarray:
+    """The share of all blocks that partial recompute rebuilds: Σ over stages of
+    min(recompute_layers, k_i), over the layers (0 without partial recompute)."""
+    r = np.asarray(recompute_layers, dtype=float)
+    rebuilt = {kind: np.minimum(r, blocks[kind]) for kind in STAGES}
+    total = (
+        rebuilt["first"]
+        + np.where(pp > 2, (pp - 2) * rebuilt["middle"], 0.0)
+        + np.where(pp > 1, rebuilt["last"], 0.0)
+    )
+    return total / ctx.model.layers
 
 
 def _where_present(pp: np.ndarray, middle: StageMemory, first: StageMemory) -> StageMemory:

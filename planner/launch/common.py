@@ -74,6 +74,9 @@ class Parsed:
     end_stage_layers: tuple[int | None, int | None] = (None, None)
     """Blocks on the first and the last pipeline stage where the configuration states them
     (Megatron's --decoder-first/last-pipeline-num-layers); the stages between share the rest."""
+    recompute_layers_per_chunk: int | None = None
+    """Blocks fully recomputed per model chunk (Megatron's block method), where stated; the
+    strategy's recompute_layers is this times the interleave."""
     global_per_dp: int | None = None
     """torchtitan without a global batch: sequences per DP rank (global = this · dp)."""
     dp_multiple: int = 1
@@ -182,6 +185,8 @@ def settle(
     tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))
     if parsed.end_stage_layers != (None, None):
         knobs["stage_layers"] = _stage_layers(parsed, model.layers, pp)
+    if parsed.recompute_layers_per_chunk is not None:
+        knobs["recompute_layers"] = _recompute_layers(parsed, knobs, model.layers)
     if gpus is None:
         if parsed.dp is None:
             raise InputError(
@@ -221,6 +226,14 @@ def settle(
         gpus=gpus,
         unsupported=parsed.unsupported,
     )
+
+
+def _recompute_layers(parsed: Parsed, knobs: dict[str, object], layers: int) -> int | None:
+    """Strategy.recompute_layers from the blocks recomputed per model chunk: None (every block)
+    where that covers the fullest stage."""
+    per_stage = int(parsed.recompute_layers_per_chunk or 0) * int(knobs.get("interleave", 1))
+    stages = knobs.get("stage_layers") or (-(-layers // int(knobs.get("pp", 1))),)
+    return per_stage if per_stage < max(stages) else None
 
 
 def _model_from_shape(parsed: Parsed, missing_hint: dict[str, str]) -> ModelSpec:

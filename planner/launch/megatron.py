@@ -26,8 +26,10 @@ Mapping (planner knob ↔ flags):
   (the stages between share the rest equally).
 - sequence_parallel ↔ ``--sequence-parallel`` (only with tp > 1, as in planner).
 - recompute full ↔ ``--recompute-granularity full --recompute-method uniform
-  --recompute-num-layers 1``; selective ↔ ``--recompute-granularity selective``
-  (``--recompute-activations`` is read as selective).
+  --recompute-num-layers 1``; with recompute_layers r, ``--recompute-method block
+  --recompute-num-layers r/v`` (Megatron counts per model chunk); selective ↔
+  ``--recompute-granularity selective`` (``--recompute-activations`` is read as selective).
+- placement tp-pp-dp ↔ ``--use-tp-pp-dp-mapping``.
 - zero_stage 1 ↔ ``--use-distributed-optimizer`` (optimizer state sharded over DP); 2 / 3 ↔
   ``--use-megatron-fsdp --use-distributed-optimizer --data-parallel-sharding-strategy
   optim_grads`` / ``optim_grads_params`` (``--use-torch-fsdp2`` is read as 3).
@@ -82,6 +84,7 @@ FLAGS: dict[str, str] = {
     "zero_stage": "--use-distributed-optimizer",
     "dp_overlap": "--overlap-grad-reduce",
     "tp_overlap": "--tp-comm-overlap",
+    "placement": "--use-tp-pp-dp-mapping",
     "offload_activations": "--cpu-offloading",
     "offload_weights": "--cpu-offloading-weights",
     "offload_optimizer": "--optimizer-cpu-offload",
@@ -157,6 +160,10 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         flags.append((FLAGS["last_stage_layers"], s.stage_layers[-1]))
     if s.sequence_parallel and s.tp > 1:
         flags.append((FLAGS["sequence_parallel"], None))
+    if s.placement == "tp-pp-dp":
+        flags.append((FLAGS["placement"], None))
+        if s.zero_stage >= 2:
+            notes.append("placement: Megatron FSDP does not support --use-tp-pp-dp-mapping")
     flags += [(FLAGS["micro_batch"], s.micro_batch), (FLAGS["global_batch"], job.global_batch)]
     flags += _recompute_flags(s)
     flags += _zero_flags(s)
@@ -196,6 +203,12 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
 
 
 def _recompute_flags(s: Strategy) -> list[tuple[str, object]]:
+    if s.recompute == "full" and s.recompute_layers is not None:
+        return [
+            (FLAGS["recompute"], "full"),
+            ("--recompute-method", "block"),
+            ("--recompute-num-layers", s.recompute_layers // s.interleave),
+        ]
     if s.recompute == "full":
         return [
             (FLAGS["recompute"], "full"),
@@ -329,6 +342,7 @@ def read(text: str, system: SystemSpec) -> Parsed:
         "sequence_parallel": args.has(FLAGS["sequence_parallel"]) and tp > 1,
         "dp_overlap": args.has(FLAGS["dp_overlap"]),
         "tp_overlap": args.has(FLAGS["tp_overlap"]),
+        "placement": "tp-pp-dp" if args.has(FLAGS["placement"]) else "tp-cp-dp-pp",
     }
     args.has("--overlap-param-gather")
     per_virtual = args.whole(FLAGS["interleave"])
@@ -377,10 +391,8 @@ def _read_recompute(args: _Args, parsed: Parsed) -> None:
     elif args.has("--recompute-activations"):
         granularity = granularity or "selective"
     if granularity == "full" and method == "block":
-        parsed.notes.append(
-            f"recompute: --recompute-method block --recompute-num-layers {layers} recomputes only "
-            "some layers per stage; costed as full recompute"
-        )
+        positive("--recompute-num-layers", layers)
+        parsed.recompute_layers_per_chunk = layers or 1
     parsed.knobs["recompute"] = granularity or "none"
 
 

@@ -16,7 +16,8 @@ Mapping (planner knob ↔ key): tp, pp, cp, interleave, sequence_parallel ↔
 ``trainer.devices``; micro_batch, global batch, sequence ↔ ``data.micro_batch_size``,
 ``data.global_batch_size``, ``data.seq_length``; recompute ↔
 ``model.config.recompute_granularity`` (+ ``recompute_method uniform``, ``recompute_num_layers
-1`` for full); zero_stage 1 ↔ ``optim.config.use_distributed_optimizer``; 2 / 3 ↔
+1`` for full; ``block`` with recompute_layers / interleave for partial recompute); zero_stage
+1 ↔ ``optim.config.use_distributed_optimizer``; 2 / 3 ↔
 ``trainer.strategy.fsdp: megatron`` with ``trainer.strategy.ddp.data_parallel_sharding_strategy``
 ``optim_grads`` / ``optim_grads_params`` (``fsdp: pytorch`` reads as 3); dp_overlap ↔
 ``trainer.strategy.ddp.overlap_grad_reduce`` (+ ``overlap_param_gather``); tp_overlap ↔
@@ -156,7 +157,14 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         KEYS["attention"]: "flash" if job.attention == "flash" else "unfused",
         KEYS["zero_stage"]: s.zero_stage >= 1,
     }
-    if s.recompute == "full":
+    if s.placement == "tp-pp-dp":
+        notes.append(
+            "placement = tp-pp-dp: set Megatron-Core's use_tp_pp_dp_mapping (no NeMo recipe key)"
+        )
+    if s.recompute == "full" and s.recompute_layers is not None:
+        per_chunk = s.recompute_layers // s.interleave
+        values |= {KEYS["recompute_method"]: "block", KEYS["recompute_layers"]: per_chunk}
+    elif s.recompute == "full":
         values |= {KEYS["recompute_method"]: "uniform", KEYS["recompute_layers"]: 1}
     if s.gpus % per_node:
         notes.append(f"gpus: {s.gpus} is not a whole number of {per_node}-GPU nodes")
@@ -286,10 +294,8 @@ def _read_recompute(keys: _Keys, parsed: Parsed) -> None:
     method = keys.choice("recompute_method", ("uniform", "block"))
     layers = keys.get("recompute_layers", int)
     if granularity == "full" and method == "block":
-        parsed.notes.append(
-            f"recompute: recompute_method block with recompute_num_layers {layers} recomputes "
-            "only some layers per stage; costed as full recompute"
-        )
+        positive(KEYS["recompute_layers"], layers)
+        parsed.recompute_layers_per_chunk = layers or 1
     parsed.knobs["recompute"] = granularity or "none"
 
 

@@ -106,6 +106,13 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         notes.append("sequence_parallel = false: torchtitan's TP always shards norms (SP)")
     if not s.dp_overlap:
         notes.append("dp_overlap = false: torchtitan's FSDP2 always overlaps (prefetch)")
+    if s.placement != "tp-cp-dp-pp":
+        notes.append(f"placement = {s.placement}: torchtitan's device mesh puts pp outermost")
+    if s.recompute_layers is not None:
+        notes.append(
+            f"recompute_layers = {s.recompute_layers}: torchtitan recomputes every block or "
+            "every N-th (selective_ac_option = N), not the first r of a stage; emitted as full"
+        )
     replicate, shard, reshard = _data_parallel(s, notes)
     offload = _offload(s, system, notes)
     per_rank = job.global_batch // s.dp
