@@ -24,7 +24,10 @@ def _offload_system(capacity_gib: float, bandwidth_gbps: float) -> SystemSpec:
     return base.model_copy(update={"memory_tiers": (base.memory_tiers[0], tier)})
 
 
-CAPPED_A100 = hardware_catalog.load_system("dgx-a100-80g").model_copy(update={"max_gpus": 128})
+A100 = hardware_catalog.load_system("dgx-a100-80g")
+HBM_ONLY_A100 = A100.model_copy(update={"memory_tiers": A100.memory_tiers[:1]})
+"""dgx-a100-80g without its host-memory tier: what does not fit in HBM does not fit."""
+CAPPED_A100 = HBM_ONLY_A100.model_copy(update={"max_gpus": 128})
 
 # name: (model, system, gpus, global batch, pins, target, families the conflict must contain)
 SCENARIOS = {
@@ -199,7 +202,7 @@ def _assert_irreducible(model, system, job, gpus, pins, target, families: set[st
 
 
 def test_memory_fixes_carry_the_numbers() -> None:
-    model, system = "megatron-1t", "dgx-a100-80g"
+    model, system = "megatron-1t", HBM_ONLY_A100
     result = plan(model, system, JobSpec(global_batch=512), 64)
     diagnosis = result.diagnosis
     hbm = next(c for c in diagnosis.conflicts if c.family == "hbm")
