@@ -26,10 +26,12 @@ from constraints.variables import Variables
 from planner.cost.context import CostContext
 from planner.cost.flops import model_flops_per_step
 from planner.search_space import SearchSpace
+from planner.specs import OFFLOAD_KINDS, OFFLOAD_STEPS, offload_eighths
 
-OFFLOAD_KNOBS = ("offload_weights", "offload_activations", "offload_optimizer")
-SIMPLICITY_RADIX = 5
-"""The last tie-break digit: up to three offloads plus a non-default rank order."""
+OFFLOAD_KNOBS = tuple(f"offload_{kind}" for kind in OFFLOAD_KINDS)
+SIMPLICITY_RADIX = len(OFFLOAD_KNOBS) * OFFLOAD_STEPS + 2
+"""The last tie-break digit: the eighths offloaded (of up to three classes) plus a non-default
+rank order."""
 
 
 @dataclass
@@ -44,7 +46,7 @@ class PlanModel:
     tie_break_weight: int
     """The step objective is step·weight + simplicity, simplicity < weight: among plans of equal
     step time (to the model's resolution) it prefers smaller tp, then smaller cp, then smaller
-    pp, then fewer offloads and the default rank order."""
+    pp, then less offloaded and the default rank order."""
 
     def step_s(self, step_units: float) -> float:
         return step_units * self.unit_s
@@ -62,8 +64,8 @@ class PlanModel:
         self.model.Minimize(self.objective())
 
     def _simplicity(self) -> cp_model.LinearExpr:
-        """A mixed-radix number below ``tie_break_weight``: digits (tp, cp, pp, offloads plus
-        a non-default rank order)."""
+        """A mixed-radix number below ``tie_break_weight``: digits (tp, cp, pp, eighths
+        offloaded plus a non-default rank order)."""
         variables = self.variables
         pp_slots = SIMPLICITY_RADIX * len(variables.domains["pp"])
         cp_slots = pp_slots * len(variables.domains["cp"])
@@ -71,7 +73,11 @@ class PlanModel:
             cp_slots * variables.index("tp")
             + pp_slots * variables.index("cp")
             + SIMPLICITY_RADIX * variables.index("pp")
-            + sum(1 - variables.onehot[k][0] for k in OFFLOAD_KNOBS)
+            + sum(
+                int(offload_eighths(code)) * chosen
+                for k in OFFLOAD_KNOBS
+                for code, chosen in zip(variables.domains[k], variables.onehot[k], strict=True)
+            )
             + variables.index("placement")
         )
 

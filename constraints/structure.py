@@ -23,7 +23,8 @@ import math
 
 from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_factors
 from planner.rules import cp_allowed
-from planner.specs import JobSpec, ModelSpec, SystemSpec
+from planner.search_space import FRACTION_PINS, pinned_values
+from planner.specs import OFFLOAD_STEPS, JobSpec, ModelSpec, SystemSpec
 
 
 def add_factorization(variables: Variables) -> None:
@@ -146,13 +147,15 @@ def add_placement(variables: Variables, system: SystemSpec) -> None:
 
 
 def add_pins(variables: Variables) -> None:
+    """Each pin a family: its knob takes one of the values the pin allows
+    (search_space.pinned_values; none when the value is outside the domain, e.g. dp not
+    dividing the GPU count)."""
     for name, value in variables.space.pins.items():
-        literal = variables.family(f"pin:{name}", f"pin {name}={value}")
-        chosen = variables.is_value(name, value)
-        if chosen is None:  # a value outside the domain (e.g. dp not dividing the GPU count)
-            variables.model.AddBoolOr([literal.Not()])
-        else:
-            variables.model.AddImplication(literal, chosen)
+        shown = f"{value}/{OFFLOAD_STEPS}" if name in FRACTION_PINS else value
+        literal = variables.family(f"pin:{name}", f"pin {name}={shown}")
+        knob, allowed = pinned_values(variables.space, name, value)
+        chosen = [variables.is_value(knob, v) for v in allowed if v in variables.domains[knob]]
+        variables.model.AddBoolOr([literal.Not(), *chosen])
 
 
 def add_canonical(variables: Variables) -> None:

@@ -29,11 +29,13 @@ from planner.cost.context import CostContext
 from planner.cost.flops import model_flops_per_step
 from planner.cost.memory import (
     block_activation_bytes,
+    block_params_per_rank,
     logits_bytes,
     model_state,
     rebuilt_activation_bytes,
     stage_params,
 )
+from planner.cost.offload import activation_link_s, offloaded_share, weight_link_s
 from planner.cost.step import (
     block_pieces,
     dp_comm_times_s,
@@ -273,43 +275,83 @@ class TableBuilder:
         )
 
     def offload_exposed(self) -> tuple[PerBlock, PerBlock]:
-        """(forward, backward) exposed offload traffic per block per micro-batch."""
-        knobs = (
-            "tp",
-            "cp",
-            "micro_batch",
-            "recompute",
-            "sequence_parallel",
-            "offload_weights",
-            "offload_activations",
-        )
+        """(forward, backward) exposed offload traffic per block per micro-batch, from its
+        pieces (planner/cost/offload.py): max(0, W_f − C_f, A − C_f) and max(0, W_b + A − C_b)
+        over the tiers, each piece a table over its own few knobs, the max an
+        AddMaxEquality."""
+        ctx = self.ctx
+        axes = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel")
+        w_axes = ("tp", "cp", "micro_batch", "offload_weights")
 
-        def pieces(ctx: CostContext, g: Grid):
-            return block_pieces(
-                ctx,
-                g["tp"],
-                g["micro_batch"],
-                g["recompute"],
-                g["sequence_parallel"],
-                0,
-                g["offload_weights"],
-                g["offload_activations"],
-                g["cp"],
+        def times(ctx: CostContext, g: Grid):
+            return block_times(
+                ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"], g["cp"]
             )
 
+        def activations(ctx: CostContext, g: Grid, tier: int) -> np.ndarray:
+            local_mb = g["micro_batch"] / g["cp"]
+            a_block = block_activation_bytes(
+                ctx, g["tp"], local_mb, g["recompute"], g["sequence_parallel"]
+            )
+            return activation_link_s(ctx, g["offload_activations"], a_block, tier)
+
+        def weights(ctx: CostContext, g: Grid, tier: int, index: int) -> np.ndarray:
+            params = block_params_per_rank(ctx, g["tp"])
+            return weight_link_s(ctx, g["offload_weights"], params, tier)[index]
+
+        c_f = self.per_block("offload_cf", axes, lambda ctx, g: times(ctx, g).forward_s)
+        c_b = self.per_block(
+            "offload_cb",
+            axes,
+            lambda ctx, g: times(ctx, g).backward_s + times(ctx, g).recompute_s,
+        )
+        forward: list[tuple[PerBlock, PerBlock]] = []
+        backward: list[tuple[PerBlock, PerBlock]] = []
+        for tier in range(1, len(ctx.system.memory_tiers)):
+            affected = ("offload_bw",) if tier == 1 else ()
+            a = self.per_block(
+                f"offload_a{tier}",
+                (*axes, "offload_activations"),
+                lambda ctx, g, t=tier: activations(ctx, g, t),
+                affected,
+            )
+            w_f, w_b = (
+                self.per_block(
+                    f"offload_w{tier}_{pass_}",
+                    w_axes,
+                    lambda ctx, g, t=tier, i=i: weights(ctx, g, t, i),
+                    affected,
+                )
+                for i, pass_ in enumerate(("f", "b"))
+            )
+            forward += [(w_f, None), (a, None)]
+            backward.append((w_b, a))
         return (
-            self.per_block(
-                "offload_forward",
-                knobs,
-                lambda ctx, g: pieces(ctx, g).offload_forward_s,
-                ("offload_bw",),
-            ),
-            self.per_block(
-                "offload_backward",
-                knobs,
-                lambda ctx, g: pieces(ctx, g).offload_backward_s,
-                ("offload_bw",),
-            ),
+            self._exposed("offload_forward", forward, c_f),
+            self._exposed("offload_backward", backward, c_b),
+        )
+
+    def _exposed(
+        self,
+        name: str,
+        links: list[tuple[PerBlock, PerBlock | None]],
+        compute: PerBlock,
+    ) -> PerBlock:
+        """max(0, max over ``links`` of (x + y) − compute), once and per step: an exposed
+        stall, exactly, from the pieces' tables."""
+        m, v = self.variables.model, self.variables
+
+        def exposed(suffix: str, part) -> cp_model.IntVar:
+            terms = [part(x) + (part(y) if y is not None else 0) - part(compute) for x, y in links]
+            bound = max(v.ub(part(x)) + (v.ub(part(y)) if y is not None else 0) for x, y in links)
+            target = v.new_int(f"{name}{suffix}", bound)
+            m.AddMaxEquality(target, [0, *terms])
+            return target
+
+        return PerBlock(
+            once=exposed("", lambda x: x.once),
+            per_step=exposed("_per_step", lambda x: x.per_step),
+            pp_power=compute.pp_power,
         )
 
     def head(self) -> PerBlock:
@@ -407,31 +449,48 @@ class TableBuilder:
         )
         return self.time("optimizer", grid, seconds)
 
-    def state(self, stage: str) -> tuple[cp_model.IntVar, list[cp_model.IntVar]]:
+    def state(self, stage: str) -> tuple[cp_model.LinearExpr, list[cp_model.LinearExpr]]:
         """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage ("first"
-        or "last"). Weights are replicated over cp, so the state shards over dp·cp ranks."""
+        or "last"): weights with gradients (a table over the weights' offload code) plus the
+        optimizer state (over the optimizer's). Weights are replicated over cp, so the state
+        shards over dp·cp ranks."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage")
-        g = make_grid(self.variables, (*knobs, "offload_weights", "offload_optimizer"))
-        state = model_state(
-            self.ctx,
-            g["tp"],
-            g["pp"],
-            g[stage],
-            self.data_parallel(g) * g["cp"],
-            g["zero_stage"],
-            g["offload_weights"],
-            g["offload_optimizer"],
-            stage,
-        )
-        offloaded = [
-            self.memory(f"state_{stage}_tier{tier}", g, sum(items.values()))
-            for tier, items in enumerate(state.offloaded, start=1)
-        ]
-        return self.memory(f"state_{stage}", g, state.hbm), offloaded
+        parts = []
+        for offloaded, items in (
+            ("offload_weights", ("weights", "gradients")),
+            ("offload_optimizer", ("optimizer",)),
+        ):
+            g = make_grid(self.variables, (*knobs, offloaded))
+            state = model_state(
+                self.ctx,
+                g["tp"],
+                g["pp"],
+                g[stage],
+                self.data_parallel(g) * g["cp"],
+                g["zero_stage"],
+                g["offload_weights"] if offloaded == "offload_weights" else 0,
+                g["offload_optimizer"] if offloaded == "offload_optimizer" else 0,
+                stage,
+            )
+            hbm = sum(getattr(state, item) for item in items)
+            tiers = [sum(tier[item] for item in items) for tier in state.offloaded]
+            label = items[0]
+            parts.append(
+                (
+                    self.memory(f"state_{stage}_{label}", g, hbm),
+                    [
+                        self.memory(f"state_{stage}_{label}_tier{k}", g, nbytes)
+                        for k, nbytes in enumerate(tiers, start=1)
+                    ],
+                )
+            )
+        (w_hbm, w_tiers), (o_hbm, o_tiers) = parts
+        return w_hbm + o_hbm, [w + o for w, o in zip(w_tiers, o_tiers, strict=True)]
 
     def activations(self):
         """Per block per micro-batch activation bytes split by where they live: (in HBM for
-        the whole pipeline flush, in HBM as the offload working set, [per offload tier]), and
+        the whole pipeline flush: 1 − q of them for an offloaded share q; in HBM as the offload
+        working set: q; [per offload tier: q where the share goes]), and
         the block rebuilt by full recompute; each rank holds b/cp of a micro-batch."""
         ctx = self.ctx
         g = make_grid(
@@ -441,11 +500,12 @@ class TableBuilder:
         per_block = block_activation_bytes(
             ctx, g["tp"], g["micro_batch"] / g["cp"], g["recompute"], g["sequence_parallel"]
         )
-        tier = g["offload_activations"]
-        stored = self.memory("activations_stored", g, np.where(tier == 0, per_block, 0.0))
-        working = self.memory("activations_working", g, np.where(tier > 0, per_block, 0.0))
+        code = g["offload_activations"]
+        share = offloaded_share(code)
+        stored = self.memory("activations_stored", g, (1 - share) * per_block)
+        working = self.memory("activations_working", g, share * per_block)
         offloaded = [
-            self.memory(f"activations_tier{k}", g, np.where(tier == k, per_block, 0.0))
+            self.memory(f"activations_tier{k}", g, offloaded_share(code, k) * per_block)
             for k in range(1, len(ctx.system.memory_tiers))
         ]
         r = make_grid(self.variables, ("tp", "cp", "micro_batch", "recompute", "sequence_parallel"))

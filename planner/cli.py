@@ -25,10 +25,14 @@ from planner.errors import InputError
 from planner.quantities import (
     CALIBRATED_PARAMETERS,
     DEFAULT_MAX_STAGE_SKEW,
+    DEFAULT_OFFLOAD_STEP,
     LAUNCH_FORMATS,
     MIN_CP_CHUNK_TOKENS,
+    OFFLOAD_STEP_CHOICES,
+    OFFLOAD_STEPS,
     PLOT_KINDS,
     QUANTITIES,
+    parse_eighths,
 )
 
 if TYPE_CHECKING:
@@ -97,6 +101,15 @@ def _whole(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _eighths(text: str) -> float:
+    """An argparse type: an offload fraction, a multiple of 1/8 in (0, 1], as ``0.375`` or
+    ``3/8``."""
+    try:
+        return parse_eighths(text) / OFFLOAD_STEPS
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _number(low: float, high: float, low_open: bool = True) -> Callable[[str], float]:
@@ -232,6 +245,14 @@ def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
             metavar="TIER",
             help=f"memory tier to hold the {what} (0: HBM)",
         )
+        parser.add_argument(
+            f"--offload-{what}-fraction",
+            type=_eighths,
+            default=1.0,
+            metavar="Q",
+            help=f"share of the {what} in that tier, in steps of 1/8 (e.g. 0.25 or 1/4; "
+            "default 1: all)",
+        )
     parser.add_argument(
         "--no-dp-overlap", action="store_true", help="do not overlap DP communication with compute"
     )
@@ -331,6 +352,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_STAGE_SKEW,
         help="the search covers layouts whose last pipeline stage holds up to this many blocks "
         f"fewer than the others (default {DEFAULT_MAX_STAGE_SKEW})",
+    )
+    plan_cmd.add_argument(
+        "--offload-step",
+        choices=OFFLOAD_STEP_CHOICES,
+        default=f"1/{OFFLOAD_STEPS // DEFAULT_OFFLOAD_STEP}",
+        help="the search covers offloaded shares of a tensor class in steps of this (default "
+        "%(default)s: whole classes; 1/4 and 1/8 are finer, and slower for --top)",
     )
     _add_emit_arg(plan_cmd)
 
@@ -472,6 +500,9 @@ def _strategy(args: argparse.Namespace) -> Strategy:
         offload_weights=args.offload_weights,
         offload_activations=args.offload_activations,
         offload_optimizer=args.offload_optimizer,
+        offload_weights_fraction=args.offload_weights_fraction,
+        offload_activations_fraction=args.offload_activations_fraction,
+        offload_optimizer_fraction=args.offload_optimizer_fraction,
         dp_overlap=not args.no_dp_overlap,
         tp_overlap=args.tp_overlap,
         stage_layers=_expand_stage_layers(args.stage_layers, args.pp),
@@ -668,6 +699,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         max_interleave=args.max_interleave,
         max_cp=args.max_cp,
         max_stage_skew=args.max_stage_skew,
+        offload_step=parse_eighths(args.offload_step),
     )
     emitted = None
     if args.emit and result.strategy is not None:

@@ -14,7 +14,13 @@ import numpy as np
 
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
-from planner.search_space import KNOBS, SearchSpace, canonical_mask, strategy_from_values
+from planner.search_space import (
+    KNOBS,
+    SearchSpace,
+    canonical_mask,
+    pinned_values,
+    strategy_from_values,
+)
 from planner.specs import Strategy
 
 INNER_KNOBS = tuple(k for k in KNOBS if k not in ("tp", "pp", "layout"))
@@ -54,7 +60,8 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
         ok &= t <= (system.network_tiers[0].domain_gpus or 0)
     ok &= canonical_mask(t, d, k, space.pins, space.domains)
     for name, value in space.pins.items():
-        ok &= k[name] == value
+        knob, allowed = pinned_values(space, name, value)
+        ok &= np.isin(k[knob], allowed)
     return ok
 
 

@@ -24,7 +24,7 @@ from planner.diagnosis import Diagnosis, pin_conflicts
 from planner.diagnosis import diagnose as run_diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate, build_estimate
-from planner.quantities import DEFAULT_MAX_STAGE_SKEW
+from planner.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
 from planner.ranking import Rank, RankBy, rank
 from planner.rules import strategy_warnings
 from planner.search_space import SearchSpace, build_search_space, stated_caps
@@ -97,6 +97,7 @@ def plan(
     max_interleave: int | None = None,
     max_cp: int | None = None,
     max_stage_skew: int = DEFAULT_MAX_STAGE_SKEW,
+    offload_step: int = DEFAULT_OFFLOAD_STEP,
     diagnose: bool | str = True,
     target: PerformanceTarget | None = None,
     rank_by: RankBy = "step",
@@ -112,8 +113,9 @@ def plan(
     The space searched: micro-batches dividing the global batch up to ``max_micro_batch``,
     interleaves up to ``max_interleave`` (None: every divisor of the blocks per stage), context
     parallelism up to ``max_cp`` (None: chunks of at least quantities.MIN_CP_CHUNK_TOKENS
-    tokens), stage layouts whose last stage is at most ``max_stage_skew`` blocks lighter, TP
-    inside one scale-up domain unless the system sets ``tp_across_domain``; ``solver.caps``
+    tokens), stage layouts whose last stage is at most ``max_stage_skew`` blocks lighter,
+    offload shares in steps of ``offload_step`` eighths (a pinned share besides), TP inside one
+    scale-up domain unless the system sets ``tp_across_domain``; ``solver.caps``
     names those that left out allowed strategies."""
     model_spec, system_spec = as_model(model), as_system(system)
     if system_spec.max_gpus is not None and gpus > system_spec.max_gpus:
@@ -129,6 +131,8 @@ def plan(
         _check_whole("--max-cp", max_cp, lim.MAX_GPUS)
     if not isinstance(max_stage_skew, int) or not 0 <= max_stage_skew <= lim.MAX_LAYERS:
         raise InputError(f"--max-stage-skew = {max_stage_skew!r}: allowed 0..{lim.MAX_LAYERS}")
+    if offload_step not in (1, 2, 4, 8):
+        raise InputError(f"--offload-step = {offload_step!r} eighths: allowed 1, 2, 4, 8")
     if not 0 < time_limit_s <= lim.MAX_TIME_LIMIT_S:
         raise InputError(f"--time-limit = {time_limit_s!r}: allowed (0, {lim.MAX_TIME_LIMIT_S:g}]")
     ctx = CostContext(model_spec, system_spec, job)
@@ -138,6 +142,7 @@ def plan(
         "max_interleave": max_interleave,
         "max_cp": max_cp,
         "max_stage_skew": max_stage_skew,
+        "offload_step": offload_step,
     }
     started = time.perf_counter()
     infeasible = functools.partial(

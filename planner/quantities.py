@@ -46,3 +46,29 @@ A lighter last stage pays for the LM head (its time is V/(12·h) blocks' worth: 
 175B, 2.6 for Llama 3 8B) and its logits; each further block of skew moves 1/(p − 1) block onto
 every other stage, slower and fuller. The cap keeps the layouts per pp to a few (without it,
 pp = 2 alone has L/2) and is stated with every plan that it cuts."""
+
+OFFLOAD_STEPS = 8
+"""Offload fractions come in steps of 1/8 of a tensor class (planner.specs re-exports it)."""
+DEFAULT_OFFLOAD_STEP = 8
+"""The offload shares ``plan`` searches by default, in eighths: whole tensor classes. Shares
+are searched on request (``--offload-step 1/4`` or ``1/8``): the best plan is found about as
+fast over quarters (mt-1t on 16,384 GPUs of h100-offload-512g, batch 16,384: proven optimal in
+0.8 s over quarters, 0.6 s whole, still unproven after 20 s over eighths; plan(), 2 cores,
+2026-11), but ``--top K`` then ranks near-identical shares one by one (top 3 of
+examples/plan_from_python.py: 6 s whole, 19 s halves, past its 60 s limit over quarters)."""
+OFFLOAD_STEP_CHOICES = ("1/8", "1/4", "1/2", "1")
+"""The steps ``--offload-step`` takes (each divides a whole class into equal shares)."""
+
+
+def parse_eighths(text: str) -> int:
+    """``0.375`` or ``3/8`` → 3: an offload fraction in eighths; ValueError unless a multiple
+    of 1/8 in (0, 1]."""
+    numerator, slash, denominator = text.strip().partition("/")
+    try:
+        fraction = float(numerator) / (float(denominator) if slash else 1.0)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"{text!r} is not a fraction") from None
+    eighths = fraction * OFFLOAD_STEPS
+    if not (0 < eighths <= OFFLOAD_STEPS and float(eighths).is_integer()):
+        raise ValueError(f"{text} is not a multiple of 1/{OFFLOAD_STEPS} in (0, 1]: 0.125, ..., 1")
+    return int(eighths)

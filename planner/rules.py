@@ -8,7 +8,7 @@ same rules as constraints (constraints/), and the tests check the two agree.
 from __future__ import annotations
 
 from planner.errors import InputError
-from planner.specs import JobSpec, ModelSpec, StackProfile, Strategy, SystemSpec
+from planner.specs import OFFLOAD_KINDS, JobSpec, ModelSpec, StackProfile, Strategy, SystemSpec
 
 
 def divisors(value: int) -> list[int]:
@@ -82,11 +82,16 @@ def strategy_violations(
             f"{_allowed([c for c in divisors(seq_len // 2) if c > 1] if seq_len % 2 == 0 else [])}"
         )
     tiers = len(system.memory_tiers) - 1
-    for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
-        tier = getattr(s, knob)
+    for kind in OFFLOAD_KINDS:
+        knob = f"offload_{kind}"
+        tier, fraction = getattr(s, knob), getattr(s, f"{knob}_fraction")
         if tier > tiers:
             allowed = "0 (no offload tier in this system)" if tiers == 0 else f"0..{tiers}"
             problems.append(f"{knob} = {tier}: allowed tiers are {allowed}")
+        if tier == 0 and fraction != 1:
+            problems.append(
+                f"{knob}_fraction = {fraction:g} needs {knob} ≥ 1 (the tier that share goes to)"
+            )
     return problems
 
 

@@ -7,9 +7,10 @@ Domains come from the problem: tp, cp and pp range over the divisors of the GPU 
 most the layer count; cp splitting the sequence into 2·cp equal chunks, up to ``max_cp``), the
 micro-batch over the divisors of the global batch (up to ``max_micro_batch``), the interleave
 over the divisors of the layer count (up to ``max_interleave``), offload knobs over the
-system's memory tiers. A few knobs have no effect in some corners (sequence parallelism and TP
-overlap with tp = 1; ZeRO and DP overlap with dp = 1); the space keeps one canonical value
-there, so that distinct strategies differ in something that matters.
+system's offload tiers and the eighths of a tensor class in each (specs.offload_code). A few
+knobs have no effect in some corners (sequence parallelism and TP overlap with tp = 1; ZeRO and
+DP overlap with dp = 1); the space keeps one canonical value there, so that distinct strategies
+differ in something that matters.
 """
 
 from __future__ import annotations
@@ -22,15 +23,25 @@ import numpy as np
 import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError
-from planner.quantities import DEFAULT_MAX_STAGE_SKEW, MIN_CP_CHUNK_TOKENS
+from planner.quantities import (
+    DEFAULT_MAX_STAGE_SKEW,
+    DEFAULT_OFFLOAD_STEP,
+    MIN_CP_CHUNK_TOKENS,
+    parse_eighths,
+)
 from planner.rules import cp_allowed, cp_values, divisors
 from planner.specs import (
+    OFFLOAD_KINDS,
+    OFFLOAD_STEPS,
     PLACEMENT_CODES,
     RECOMPUTE_CODES,
     JobSpec,
     ModelSpec,
     Strategy,
     SystemSpec,
+    offload_code,
+    offload_eighths,
+    offload_tier,
 )
 
 KNOBS = (
@@ -54,7 +65,10 @@ KNOBS = (
 """The knobs the planner chooses (dp follows from gpus / (tp·cp·pp); ``layout`` indexes
 SearchSpace.layouts, the blocks per stage, and fixes pp)."""
 
-PINNABLE = (*(k for k in KNOBS if k != "layout"), "dp")
+FRACTION_PINS = tuple(f"offload_{kind}_fraction" for kind in OFFLOAD_KINDS)
+"""Pins on the share of an offload knob (its code carries tier and share)."""
+
+PINNABLE = (*(k for k in KNOBS if k != "layout"), "dp", *FRACTION_PINS)
 
 PIN_LIMITS = {
     "tp": lim.MAX_GPUS,
@@ -160,6 +174,11 @@ def parse_pin(text: str) -> tuple[str, int]:
         if value not in PLACEMENT_CODES:
             raise InputError(f"--pin {text!r}: placement is one of {', '.join(PLACEMENT_CODES)}")
         return name, PLACEMENT_CODES[value]
+    if name in FRACTION_PINS:
+        try:
+            return name, parse_eighths(value)
+        except ValueError as error:
+            raise InputError(f"--pin {text!r}: {error}") from None
     if name in ("sequence_parallel", "dp_overlap", "tp_overlap"):
         if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
             raise InputError(f"--pin {text!r}: {name} is true or false")
@@ -174,6 +193,26 @@ def parse_pin(text: str) -> tuple[str, int]:
     return name, number
 
 
+def offload_codes(tiers: int, eighths: tuple[int, ...]) -> tuple[int, ...]:
+    """The offload knob's domain with ``tiers`` offload tiers: nothing offloaded, and each
+    share in ``eighths`` of the class in each tier (specs.offload_code), in increasing order."""
+    codes = {offload_code(t, e) for t in range(1, tiers + 1) for e in eighths}
+    return (0, *sorted(codes))
+
+
+def pinned_values(space: SearchSpace, name: str, value: int) -> tuple[str, tuple[int, ...]]:
+    """(the knob a pin constrains, the knob values it allows): an offload tier pin allows every
+    share in that tier, an offload fraction pin (in eighths) that share in every tier; any other
+    pin its one value."""
+    if name in FRACTION_PINS:
+        knob = name.removesuffix("_fraction")
+        codes = space.domains[knob]
+        return knob, tuple(c for c in codes if offload_tier(c) and offload_eighths(c) == value)
+    if name.startswith("offload"):
+        return name, tuple(c for c in space.domains[name] if offload_tier(c) == value)
+    return name, (value,)
+
+
 def build_search_space(
     model: ModelSpec,
     system: SystemSpec,
@@ -185,6 +224,7 @@ def build_search_space(
     max_cp: int | None = None,
     max_stage_skew: int = DEFAULT_MAX_STAGE_SKEW,
     prune: bool = True,
+    offload_step: int = DEFAULT_OFFLOAD_STEP,
     max_gpus: int | None = None,
     gpu_multiple: int = 1,
 ) -> SearchSpace:
@@ -194,13 +234,17 @@ def build_search_space(
         constraint families, so that a conflict can be named. A pinned value outside its domain is
         kept (the solver then reports the conflict) unless it cannot be represented at all. With a
         flash-attention kernel, selective recompute is the same plan as none and is left out. An
-    overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off."""
+    overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off.
+    Offload shares are searched in steps of ``offload_step`` eighths; a pinned share is added."""
     pins = dict(pins or {})
     if pins.get("recompute_layers", 0) > 0 and pins.get("recompute") == RECOMPUTE_CODES["full"]:
         pins["recompute"] = RECOMPUTE_CODES["none"]  # partial full recompute: none + r blocks
     stack = hardware_catalog.load_stack(job.stack)
     seq_len = job.seq_len_for(model)
     tiers = tuple(range(len(system.memory_tiers)))
+    shares = set(range(offload_step, OFFLOAD_STEPS + 1, offload_step))
+    shares |= {value for name, value in pins.items() if name in FRACTION_PINS}
+    offload = offload_codes(len(tiers) - 1, tuple(sorted(shares)))
     if gpus is None:
         limit = max_gpus or system.max_gpus
         if not limit:
@@ -245,18 +289,26 @@ def build_search_space(
         "recompute_layers": (0,),
         "sequence_parallel": (0, 1),
         "zero_stage": (0, 1, 2, 3),
-        "offload_weights": tiers,
-        "offload_activations": tiers,
-        "offload_optimizer": tiers,
+        "offload_weights": offload,
+        "offload_activations": offload,
+        "offload_optimizer": offload,
         "dp_overlap": (0, 1) if stack.dp_overlap else (0,),
         "tp_overlap": (0, 1) if stack.tp_overlap else (0,),
         "placement": tuple(PLACEMENT_CODES.values()) if len(system.network_tiers) > 1 else (0,),
     }
     for name, value in pins.items():
-        if name.startswith("offload") and value not in tiers:
-            raise InputError(
-                f"--pin {name}={value}: system {system.name!r} has memory tiers 0..{tiers[-1]}"
-            )
+        if name in FRACTION_PINS:
+            if len(tiers) == 1:
+                raise InputError(
+                    f"--pin {name}={value}/8: system {system.name!r} has no offload tier"
+                )
+            continue
+        if name.startswith("offload"):
+            if value not in tiers:
+                raise InputError(
+                    f"--pin {name}={value}: system {system.name!r} has memory tiers 0..{tiers[-1]}"
+                )
+            continue
         if name == "zero_stage" and value > 3:
             raise InputError(f"--pin zero_stage={value}: allowed 0..3")
         if value not in domains[name]:
@@ -328,10 +380,17 @@ def stated_caps(
     max_interleave: int | None,
     max_cp: int | None = None,
     max_stage_skew: int = DEFAULT_MAX_STAGE_SKEW,
+    offload_step: int = DEFAULT_OFFLOAD_STEP,
 ) -> list[str]:
     """The limits of the searched space that leave out strategies the rules would allow, each
     with the flag or field that moves it: "proven optimal" is proven over this space only."""
     caps = []
+    if offload_step > 1 and len(system.memory_tiers) > 1:
+        step = "whole" if offload_step == OFFLOAD_STEPS else f"{offload_step}/{OFFLOAD_STEPS} of"
+        caps.append(
+            f"offloading {step} tensor classes (--offload-step; leaves out shares of "
+            f"1/{OFFLOAD_STEPS}, …)"
+        )
     seq_len = job.seq_len_for(model)
     cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
     cut = [c for c in cp_values(gpus, seq_len) if c > cp_limit]
@@ -405,7 +464,13 @@ def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy
     """A Strategy from knob values (recompute as its 0/1/2 code, the layout as its index)."""
     names = {code: name for name, code in RECOMPUTE_CODES.items()}
     partial = values.get("recompute_layers", 0)
+    offloads = {}
+    for kind in OFFLOAD_KINDS:
+        code = values[f"offload_{kind}"]
+        offloads[f"offload_{kind}"] = offload_tier(code)
+        offloads[f"offload_{kind}_fraction"] = (offload_eighths(code) or 8) / OFFLOAD_STEPS
     return Strategy(
+        **offloads,
         recompute_layers=partial or None,
         stage_layers=space.layouts[values["layout"]].stage_layers(),
         tp=values["tp"],
@@ -417,9 +482,6 @@ def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy
         recompute="full" if partial else names[values["recompute"]],
         sequence_parallel=bool(values["sequence_parallel"]),
         zero_stage=values["zero_stage"],
-        offload_weights=values["offload_weights"],
-        offload_activations=values["offload_activations"],
-        offload_optimizer=values["offload_optimizer"],
         dp_overlap=bool(values["dp_overlap"]),
         tp_overlap=bool(values["tp_overlap"]),
         placement=next(n for n, c in PLACEMENT_CODES.items() if c == values.get("placement", 0)),

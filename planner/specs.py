@@ -10,11 +10,13 @@ for the transformer quantities; Megatron-LM for the constraints between strategy
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from planner import limits as lim
+from planner.quantities import OFFLOAD_STEPS
 
 FfnKind = Literal["gelu", "swiglu"]
 Precision = Literal["bf16", "fp8"]
@@ -23,11 +25,33 @@ AttentionKernel = Literal["flash", "materialized"]
 GradDtype = Literal["fp32", "bf16"]
 
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+"""Integer codes of the recompute modes, as used by the vectorised cost model."""
 Placement = Literal["tp-cp-dp-pp", "tp-pp-dp"]
 PLACEMENT_CODES: dict[str, int] = {"tp-cp-dp-pp": 0, "tp-pp-dp": 1}
 """Rank orders (fastest-varying group first): Megatron-Core's default, and the one of
 ``--use-tp-pp-dp-mapping`` (no CP), which puts the pipeline inside the scale-up domain."""
-"""Integer codes of the recompute modes, as used by the vectorised cost model."""
+
+OFFLOAD_KINDS = ("weights", "activations", "optimizer")
+"""The tensor classes that can be offloaded: Strategy.offload_<kind> (the tier) and
+Strategy.offload_<kind>_fraction (the share)."""
+
+
+def offload_code(tier: int, eighths: int) -> int:
+    """The integer code of "``eighths``/8 of a tensor class in offload tier ``tier``" that the
+    cost model and the search space use: 0 for nothing offloaded; tier + M·(8 − eighths) for
+    M = limits.MAX_MEMORY_TIERS, so that the whole class in tier k is code k."""
+    return tier + lim.MAX_MEMORY_TIERS * (OFFLOAD_STEPS - eighths) if tier else 0
+
+
+def offload_tier(code):
+    """The tier of an offload code (int or integer array); 0: in HBM."""
+    return code % lim.MAX_MEMORY_TIERS
+
+
+def offload_eighths(code):
+    """The eighths of the tensor class an offload code moves (int or integer array); 0 for
+    code 0."""
+    return (OFFLOAD_STEPS - code // lim.MAX_MEMORY_TIERS) * (code % lim.MAX_MEMORY_TIERS > 0)
 
 
 class Spec(BaseModel):
@@ -329,7 +353,8 @@ class JobSpec(Spec):
 class Strategy(Spec):
     """An execution strategy. Field names are the CLI flag names (``--micro-batch`` →
     ``micro_batch``). Offload fields hold a memory-tier index: 0 keeps the tensors in HBM,
-    k ≥ 1 moves them to offload tier k."""
+    k ≥ 1 moves them to offload tier k; the ``_fraction`` fields say which share of the class
+    moves (in steps of 1/8; the rest stays in HBM)."""
 
     tp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
     cp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
@@ -344,6 +369,12 @@ class Strategy(Spec):
     offload_weights: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
     offload_activations: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
     offload_optimizer: int = Field(default=0, ge=0, lt=lim.MAX_MEMORY_TIERS)
+    offload_weights_fraction: float = 1.0
+    """Share of the blocks' weights (with their gradients) in the offload tier: each block's
+    tensors split, the share streamed, the rest resident (DeepSpeed ZeRO-Offload++'s
+    ``ratio``)."""
+    offload_activations_fraction: float = 1.0
+    offload_optimizer_fraction: float = 1.0
     dp_overlap: bool = True
     tp_overlap: bool = False
     recompute_layers: int | None = Field(default=None, gt=0, le=lim.MAX_LAYERS)
@@ -359,6 +390,23 @@ class Strategy(Spec):
     """Blocks on each pipeline stage, first to last (None: layers / pp on every stage).
     Megatron's layouts: the first and the last stage free (``--decoder-first-pipeline-num-layers``,
     ``--decoder-last-pipeline-num-layers``), the stages between them equal."""
+
+    @field_validator(*(f"offload_{kind}_fraction" for kind in OFFLOAD_KINDS))
+    @classmethod
+    def _eighths(cls, value: float) -> float:
+        if not (0 < value <= 1 and float(value * OFFLOAD_STEPS).is_integer()):
+            raise ValueError(f"a fraction in steps of 1/{OFFLOAD_STEPS}: 0.125, 0.25, ..., 1")
+        return value
+
+    def offload_codes(self) -> dict[str, int]:
+        """offload_<kind> → its offload code (offload_code)."""
+        return {
+            f"offload_{kind}": offload_code(
+                getattr(self, f"offload_{kind}"),
+                round(getattr(self, f"offload_{kind}_fraction") * OFFLOAD_STEPS),
+            )
+            for kind in OFFLOAD_KINDS
+        }
 
     @field_validator("stage_layers")
     @classmethod
@@ -405,13 +453,10 @@ class Strategy(Spec):
         if self.zero_stage:
             parts.append(f"ZeRO-{self.zero_stage}")
         offloaded = [
-            f"{what}→T{tier}"
-            for what, tier in (
-                ("W", self.offload_weights),
-                ("A", self.offload_activations),
-                ("O", self.offload_optimizer),
-            )
-            if tier
+            f"{kind[0].upper()}{_eighths_text(getattr(self, f'offload_{kind}_fraction'))}"
+            f"→T{getattr(self, f'offload_{kind}')}"
+            for kind in OFFLOAD_KINDS
+            if getattr(self, f"offload_{kind}")
         ]
         if offloaded:
             parts.append("offload " + ",".join(offloaded))
@@ -422,6 +467,15 @@ class Strategy(Spec):
         if self.tp_overlap:
             parts.append("tp-overlap")
         return " ".join(parts)
+
+
+def _eighths_text(fraction: float) -> str:
+    """ "" for 1, else `` 3/8`` style (in lowest terms)."""
+    if fraction == 1:
+        return ""
+    eighths = round(fraction * OFFLOAD_STEPS)
+    common = math.gcd(eighths, OFFLOAD_STEPS)
+    return f" {eighths // common}/{OFFLOAD_STEPS // common}"
 
 
 def _layout_text(stage_layers: tuple[int, ...]) -> str:

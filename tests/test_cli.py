@@ -11,6 +11,8 @@ import pytest
 
 from planner.cli import main
 
+PLAN_ARGS = ["plan", "--model", "gpt3-13b", "--system", "dgx-h100", "--gpus", "64"]
+PLAN_ARGS += ["--global-batch", "256"]
 EVALUATE = [
     "evaluate",
     "--model",
@@ -58,6 +60,9 @@ def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
         "offload_weights": 0,
         "offload_activations": 0,
         "offload_optimizer": 0,
+        "offload_weights_fraction": 1.0,
+        "offload_activations_fraction": 1.0,
+        "offload_optimizer_fraction": 1.0,
         "dp_overlap": True,
         "tp_overlap": False,
         "placement": "tp-cp-dp-pp",
@@ -366,6 +371,10 @@ def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None
         ([*BLOOM, "--pp", "3", "--stage-layers", "5,6,...,6,5"], "4 stages given, --pp 3"),
         ([*BLOOM, "--pp", "12"], "unless stage_layers states the blocks per stage"),
         ([*EVALUATE, "--recompute-layers", "4"], "needs recompute = full"),
+        ([*EVALUATE, "--offload-optimizer-fraction", "0.3"], "not a multiple of 1/8"),
+        ([*EVALUATE, "--offload-optimizer-fraction", "1/2"], "needs offload_optimizer ≥ 1"),
+        ([*PLAN_ARGS, "--pin", "offload_optimizer_fraction=1/2"], "has no offload tier"),
+        ([*PLAN_ARGS, "--pin", "offload_weights_fraction=x"], "is not a fraction"),
         (
             [*EVALUATE[:-3], "--recompute", "full", "--recompute-layers", "3"],
             "multiple of interleave = 2",
@@ -546,3 +555,52 @@ def test_example_script_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "optimal" in result.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_evaluate_offloads_a_share(capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
+    """Half the optimizer state in host memory: the host tier holds half of what all of it
+    takes there."""
+    argv = [*EVALUATE, "--offload-optimizer", "1", "--json"]
+    code, out, _ = run(capsys, *argv)
+    whole = json.loads(out)["estimate"]["memory_gib"]["offload_1"]["optimizer"]
+    argv = [*EVALUATE, "--offload-optimizer", "1", "--offload-optimizer-fraction", "1/2"]
+    code, out, _ = run(capsys, *argv, *(["--json"] if as_json else []))
+    assert code == 0
+    if as_json:
+        payload = json.loads(out)
+        assert payload["strategy"]["offload_optimizer_fraction"] == 0.5
+        half = payload["estimate"]["memory_gib"]["offload_1"]["optimizer"]
+        assert half == pytest.approx(whole / 2, rel=1e-2)
+    else:
+        assert "offload O 1/2→T1" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_plan_with_an_offload_share_pin(capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
+    argv = ["plan", "--model", "gpt3-13b", "--system", "dgx-a100-80g", "--gpus", "64"]
+    argv += ["--global-batch", "256", "--pin", "offload_optimizer_fraction=1/4"]
+    code, out, _ = run(capsys, *argv, *(["--json"] if as_json else []))
+    assert code == 0
+    if as_json:
+        strategy = json.loads(out)["strategy"]
+        assert (strategy["offload_optimizer"], strategy["offload_optimizer_fraction"]) == (1, 0.25)
+    else:
+        assert "O 1/4→T1" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_plan_searches_offload_shares_on_request(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """The README's main job over quarter shares: a space past 10⁹, the cap stated."""
+    argv = ["plan", "--model", "gpt3-175b", "--system", "dgx-a100-80g", "--gpus", "1024"]
+    argv += ["--global-batch", "1536", "--offload-step", "1/4"]
+    code, out, _ = run(capsys, *argv, *(["--json"] if as_json else []))
+    assert code == 0
+    if as_json:
+        solver = json.loads(out)["solver"]
+        assert solver["status"] == "optimal" and solver["search_space"] >= 1e9
+        assert any("offloading 2/8 of tensor classes" in cap for cap in solver["caps"])
+    else:
+        assert "proven optimal" in out and "--offload-step" in out

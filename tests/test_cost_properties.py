@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
-from planner.specs import JobSpec
+from planner.quantities import OFFLOAD_STEPS
+from planner.specs import OFFLOAD_KINDS, JobSpec, offload_code
 from tests.conftest import gpt_model, simple_system
 
 BANDWIDTH_FIELDS = ("hbm", "offload", "scale_up", "scale_out")
@@ -181,4 +182,33 @@ def test_partial_recompute_lies_between_none_and_full(problem) -> None:
         assert float(current.step_time_s) >= float(previous.step_time_s) * (1 - 1e-12)
         if r > 1:  # the first recomputed block adds the rebuilt block's working memory
             assert float(current.hbm_bytes) <= float(previous.hbm_bytes) * (1 + 1e-12)
+        previous = current
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.sampled_from(OFFLOAD_KINDS), st.sampled_from([1.0, 0.05]))
+def test_an_offloaded_share_scales_memory_linearly_and_traffic_monotonically(
+    problem, kind, link_factor
+) -> None:
+    """Offloading q eighths of a tensor class: on every stage the offload tier holds q of what
+    offloading it all puts there and HBM moves linearly between keeping it all and offloading it
+    all, and the step (exposed link traffic) never falls as q grows."""
+    model, job, knobs = problem
+    knobs = {**knobs, **{f"offload_{k}": 0 for k in OFFLOAD_KINDS}}
+    ctx = CostContext(model, scaled_system(link_factor, "offload"), job)
+
+    def terms(eighths: int):
+        code = offload_code(1, eighths)
+        return evaluate_terms(ctx, Knobs.of(**{**knobs, f"offload_{kind}": code}))
+
+    kept, moved = terms(0), terms(OFFLOAD_STEPS)
+    previous = kept
+    for eighths in range(1, OFFLOAD_STEPS + 1):
+        q = eighths / OFFLOAD_STEPS
+        current = terms(eighths)
+        for now, none, full in zip(current.stages, kept.stages, moved.stages, strict=True):
+            assert float(now.offloaded[0]) == pytest.approx(q * float(full.offloaded[0]))
+            expected_hbm = (1 - q) * float(none.hbm_total) + q * float(full.hbm_total)
+            assert float(now.hbm_total) == pytest.approx(expected_hbm, rel=1e-9)
+        assert float(current.step_time_s) >= float(previous.step_time_s) * (1 - 1e-12)
         previous = current

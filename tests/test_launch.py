@@ -71,6 +71,12 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
         tp_overlap=tp > 1 and draw(st.booleans()),
         stage_layers=layout,
     )
+    shares = {
+        f"offload_{kind}_fraction": draw(st.sampled_from([0.125, 0.5, 0.875, 1.0]))
+        for kind in ("weights", "activations", "optimizer")
+        if getattr(strategy, f"offload_{kind}")
+    }
+    strategy = strategy.model_copy(update=shares)
     if strategy.cp == 1 and draw(st.booleans()):
         strategy = strategy.model_copy(update=dict(placement="tp-pp-dp"))
     if strategy.recompute == "full" and strategy.zero_stage < 3 and draw(st.booleans()):
@@ -83,6 +89,9 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
                 offload_weights=0,
                 offload_activations=0,
                 offload_optimizer=0,
+                offload_weights_fraction=1.0,
+                offload_activations_fraction=1.0,
+                offload_optimizer_fraction=1.0,
             )
         )
     job = JobSpec(
@@ -449,8 +458,8 @@ def test_compare_when_nothing_fits(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
 ) -> None:
     """Your configuration does not fit and no plan does: exit 3, best none."""
-    path = _write(tmp_path, "nemo", "gpt3-175b", "dgx-a100-80g", 64, TOO_BIG)
-    argv = ["evaluate", "--from", "nemo", path, "--system", "dgx-a100-80g", "--compare"]
+    path = _write(tmp_path, "nemo", "gpt3-175b", "dgx-a100-40g", 64, TOO_BIG)
+    argv = ["evaluate", "--from", "nemo", path, "--system", "dgx-a100-40g", "--compare"]
     assert main([*argv, "--json"] if as_json else argv) == INFEASIBLE
     out, err = capsys.readouterr()
     assert err == ""

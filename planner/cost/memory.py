@@ -32,6 +32,7 @@ import numpy as np
 
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
+from planner.cost.offload import offloaded_share
 from planner.specs import RECOMPUTE_CODES
 
 FULL = RECOMPUTE_CODES["full"]
@@ -194,9 +195,11 @@ def model_state(
     Per rank: weights e·P, gradients g·P, optimizer o·P (the stack's bytes per parameter, 12
     for fp32 master weights and two moments); ZeRO-1 divides the optimizer by d, ZeRO-2 also
     the gradients, ZeRO-3 also the weights (plus the gathered blocks); ``dp`` is the number of
-    ranks that shard them (dp·cp under context parallelism). Offloading the weights (with their
-    gradients) keeps the stack's resident blocks in HBM and the rest in the offload tier; the
-    embedding and LM head stay in HBM. Offloading the optimizer moves all of it."""
+    ranks that shard them (dp·cp under context parallelism). Offloading a share q of the
+    weights (with their gradients) moves q of the blocks' shards to the offload tier and keeps
+    q of the stack's resident blocks in HBM beside the other 1 − q: HBM e·((1 − q)·(blocks·shard
+    + gathered) + q·resident + extra·shard); the embedding and LM head stay in HBM. Offloading a
+    share of the optimizer state moves that share."""
     e, g = ACTIVATION_BYTES, ctx.grad_bytes
     d = np.asarray(dp, dtype=float)
     zero = np.asarray(zero_stage)
@@ -212,28 +215,27 @@ def model_state(
     working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
     optimizer_bytes = ctx.optimizer_bytes_per_param * params.total * optim_shard
 
-    off_w = np.asarray(offload_weights)
-    off_o = np.asarray(offload_optimizer)
-    weights = np.where(
-        off_w > 0,
-        e * (working + params.extra * weight_shard),
-        e * (params.total * weight_shard + gathered),
+    q_w = offloaded_share(offload_weights)
+    q_o = offloaded_share(offload_optimizer)
+    kept = 1 - q_w
+    weights = e * (
+        kept * (params.blocks * weight_shard + gathered)
+        + q_w * working
+        + params.extra * weight_shard
     )
-    gradients = np.where(
-        off_w > 0, g * (working + params.extra * grad_shard), g * params.total * grad_shard
-    )
+    gradients = g * (kept * params.blocks * grad_shard + q_w * working + params.extra * grad_shard)
     offloaded = tuple(
         {
-            "weights": np.where(off_w == tier, e * params.blocks * weight_shard, 0.0),
-            "gradients": np.where(off_w == tier, g * params.blocks * grad_shard, 0.0),
-            "optimizer": np.where(off_o == tier, optimizer_bytes, 0.0),
+            "weights": offloaded_share(offload_weights, tier) * e * params.blocks * weight_shard,
+            "gradients": offloaded_share(offload_weights, tier) * g * params.blocks * grad_shard,
+            "optimizer": offloaded_share(offload_optimizer, tier) * optimizer_bytes,
         }
         for tier in range(1, len(ctx.system.memory_tiers))
     )
     return ModelState(
         weights=weights,
         gradients=gradients,
-        optimizer=np.where(off_o > 0, 0.0, optimizer_bytes),
+        optimizer=(1 - q_o) * optimizer_bytes,
         offloaded=offloaded,
     )
 
@@ -264,9 +266,9 @@ def stage_memory(
     """Memory of a ``stage`` ("first", "middle" or "last") of ``blocks`` blocks for knob arrays
     ``k`` (keys as in step.Knobs): the model state, the stored activations of the in-flight
     micro-batches (1F1B: min(n, p) on the first stage, min(n, p − 1) on the second, the first
-    of the middle ones, one on the last; or, offloaded, the stack's resident blocks), the block
-    rebuilt by full recompute, the logits on the last stage and the HBM reserve. Each rank
-    holds b/cp of a micro-batch's tokens."""
+    of the middle ones, one on the last; of an offloaded share q, only q of the stack's resident
+    blocks stay), the block rebuilt by full recompute, the logits on the last stage and the HBM
+    reserve. Each rank holds b/cp of a micro-batch's tokens."""
     cp = np.asarray(k["cp"], dtype=float)
     local_mb = np.asarray(k["micro_batch"], dtype=float) / cp
     state = model_state(
@@ -300,17 +302,17 @@ def stage_memory(
         k["sequence_parallel"],
     )
     act_working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * per_block
-    off_a = np.asarray(k["offload_activations"])
+    q_a = offloaded_share(k["offload_activations"])
 
     offloaded_items = tuple(
-        {**items, "activations": np.where(off_a == tier, stored, 0.0)}
+        {**items, "activations": offloaded_share(k["offload_activations"], tier) * stored}
         for tier, items in enumerate(state.offloaded, start=1)
     )
     return StageMemory(
         weights=state.weights,
         gradients=state.gradients,
         optimizer=state.optimizer,
-        activations=np.where(off_a > 0, act_working, stored) + rebuilt,
+        activations=(1 - q_a) * stored + q_a * act_working + rebuilt,
         logits=logits_bytes(ctx, k["tp"], local_mb) if stage == "last" else np.zeros(()),
         reserve=np.asarray(ctx.hbm_reserve_bytes),
         offloaded=tuple(sum(items.values()) for items in offloaded_items),

@@ -1,6 +1,9 @@
 """Tensor offloading to slower memory tiers (the Calculon model behind the SC23 poster).
 
-Per block and micro-batch, each offload tier's link moves, per direction:
+A strategy offloads a share q (in eighths) of each tensor class to one tier: every block's
+tensors split, the share q lives in the tier and streams, the rest stays in HBM. Offload
+knobs are codes (specs.offload_code) carrying the tier and the share. Per block and
+micro-batch, each offload tier's link moves, per direction, q times:
 
 - forward: reads the block's weights (if weights are offloaded to it); writes the block's
   stored activations (if activations are).
@@ -8,9 +11,19 @@ Per block and micro-batch, each offload tier's link moves, per direction:
   weights are offloaded to it); reads the stored activations back (if activations are).
 
 A link's time is max(bytes read, bytes written) / (bandwidth · efficiency): reads and writes
-proceed concurrently. Offloading is free when every link's time fits in the block's compute
-time of that pass; the excess is exposed. Depends on (tp, micro_batch, recompute,
-sequence_parallel, offload_weights, offload_activations).
+proceed concurrently. In the forward the weights' reads and the activations' writes take
+opposite directions, so a tier's link time is the larger of the two; in the backward the reads
+(weights, gradients, activations) exceed the writes (gradients), so it is their sum. Offloading
+is free when every link's time fits in the block's compute time of that pass; the excess is
+exposed:
+
+    exposed forward  = max(0, max over tiers of max(W_f, A), − C_f)
+    exposed backward = max(0, max over tiers of (W_b + A) − C_b)
+
+with W_f = q_w·e·P/r, W_b = q_w·(e + g)·P/r, A = q_a·A_block/r per tier (r its rate; zero on
+other tiers) and C_f, C_b the block's forward and backward (with recompute) compute. Each
+piece depends on few knobs (W on tp and the weights' code, A on tp, cp, micro_batch,
+recompute, sequence_parallel and the activations' code), which is how the solver tabulates it.
 """
 
 from __future__ import annotations
@@ -19,6 +32,43 @@ import numpy as np
 
 from planner.cost.compute import BlockTimes
 from planner.cost.context import ACTIVATION_BYTES, CostContext
+from planner.specs import OFFLOAD_STEPS, offload_eighths, offload_tier
+
+
+def offloaded_share(code: np.ndarray | int, tier: int | None = None) -> np.ndarray:
+    """The share of a tensor class an offload code moves (0 for code 0), to tier ``tier`` only
+    when it is given."""
+    code = np.asarray(code)
+    share = offload_eighths(code) / OFFLOAD_STEPS
+    return share if tier is None else np.where(offload_tier(code) == tier, share, 0.0)
+
+
+def link_bytes_per_s(ctx: CostContext, tier: int) -> float:
+    """Tier ``tier``'s link rate per direction: bandwidth · efficiency."""
+    spec = ctx.system.memory_tiers[tier]
+    return spec.bandwidth_gbps * 1e9 * spec.efficiency
+
+
+def weight_link_s(
+    ctx: CostContext, offload_weights: np.ndarray | int, block_params: np.ndarray, tier: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds per block on tier ``tier``'s link for the offloaded weights:
+    q_w·e·P and q_w·(e + g)·P bytes (weights; weights and gradient accumulators)."""
+    rate = link_bytes_per_s(ctx, tier)
+    share = offloaded_share(offload_weights, tier) * np.asarray(block_params, dtype=float) / rate
+    return share * ACTIVATION_BYTES, share * (ACTIVATION_BYTES + ctx.grad_bytes)
+
+
+def activation_link_s(
+    ctx: CostContext,
+    offload_activations: np.ndarray | int,
+    block_activations: np.ndarray,
+    tier: int,
+) -> np.ndarray:
+    """Seconds per block on tier ``tier``'s link for the offloaded activations, written in the
+    forward and read back in the backward: q_a·A_block bytes each way."""
+    rate = link_bytes_per_s(ctx, tier)
+    return offloaded_share(offload_activations, tier) * np.asarray(block_activations) / rate
 
 
 def offload_exposed_s(
@@ -30,22 +80,13 @@ def offload_exposed_s(
     block_activations: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exposed offload time per block per micro-batch: (forward pass, backward pass)."""
-    weights = ACTIVATION_BYTES * block_params
-    grads = ctx.grad_bytes * block_params
-    off_w = np.asarray(offload_weights)
-    off_a = np.asarray(offload_activations)
     link_forward = np.zeros(())
     link_backward = np.zeros(())
-    for tier_index, tier in enumerate(ctx.system.memory_tiers[1:], start=1):
-        rate = tier.bandwidth_gbps * 1e9 * tier.efficiency
-        w_here = off_w == tier_index
-        a_here = off_a == tier_index
-        fwd_read = np.where(w_here, weights, 0.0)
-        fwd_write = np.where(a_here, block_activations, 0.0)
-        bwd_read = np.where(w_here, weights + grads, 0.0) + np.where(a_here, block_activations, 0.0)
-        bwd_write = np.where(w_here, grads, 0.0)
-        link_forward = np.maximum(link_forward, np.maximum(fwd_read, fwd_write) / rate)
-        link_backward = np.maximum(link_backward, np.maximum(bwd_read, bwd_write) / rate)
+    for tier in range(1, len(ctx.system.memory_tiers)):
+        w_forward, w_backward = weight_link_s(ctx, offload_weights, block_params, tier)
+        a_link = activation_link_s(ctx, offload_activations, block_activations, tier)
+        link_forward = np.maximum(link_forward, np.maximum(w_forward, a_link))
+        link_backward = np.maximum(link_backward, w_backward + a_link)
     forward_exposed = np.maximum(0.0, link_forward - times.forward_s)
     backward_exposed = np.maximum(0.0, link_backward - times.backward_s - times.recompute_s)
     return forward_exposed, backward_exposed
@@ -57,14 +98,12 @@ def optimizer_step_s(
     """Optimizer step, memory-bound: per parameter of the rank's (sharded) state it reads the
     gradient (g bytes), reads and writes the optimizer state (2 × o bytes: the stack's, 12 for
     fp32 master weights and two moments) and writes the 16-bit weight (2 bytes), at HBM
-    bandwidth. With the optimizer state in an offload tier, its o bytes per parameter also cross
-    that tier's link in each direction; the slower of the two paths sets the time."""
+    bandwidth. With a share q of the optimizer state in an offload tier, q·o bytes per parameter
+    also cross that tier's link in each direction; the slower of the two paths sets the time."""
     state = ctx.optimizer_bytes_per_param
     hbm_s = (ctx.grad_bytes + 2 * state + ACTIVATION_BYTES) * params_per_rank / ctx.hbm_bytes_per_s
     link_s = np.zeros_like(hbm_s)
-    for tier_index, tier in enumerate(ctx.system.memory_tiers[1:], start=1):
-        rate = tier.bandwidth_gbps * 1e9 * tier.efficiency
-        link_s = np.where(
-            np.asarray(offload_optimizer) == tier_index, state * params_per_rank / rate, link_s
-        )
+    for tier in range(1, len(ctx.system.memory_tiers)):
+        share = offloaded_share(offload_optimizer, tier)
+        link_s = np.maximum(link_s, share * state * params_per_rank / link_bytes_per_s(ctx, tier))
     return np.maximum(hbm_s, link_s)

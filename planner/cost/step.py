@@ -65,9 +65,11 @@ from planner.cost.memory import (
 )
 from planner.cost.network import all_gather_s, all_reduce_s, point_to_point_s, reduce_scatter_s
 from planner.cost.offload import offload_exposed_s, optimizer_step_s
-from planner.specs import PLACEMENT_CODES, RECOMPUTE_CODES, Strategy
+from planner.specs import OFFLOAD_KINDS, PLACEMENT_CODES, RECOMPUTE_CODES, Strategy
 
 LAYOUT_FIELDS = ("first_blocks", "middle_blocks", "last_blocks")
+FRACTION_FIELDS = {f"offload_{kind}_fraction" for kind in OFFLOAD_KINDS}
+"""Strategy fields that Knobs folds into the offload codes."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class Knobs:
     sequence_parallel: np.ndarray
     zero_stage: np.ndarray
     offload_weights: np.ndarray
+    """Offload codes (specs.offload_code: tier and share; k is the whole class in tier k)."""
     offload_activations: np.ndarray
     offload_optimizer: np.ndarray
     dp_overlap: np.ndarray
@@ -104,7 +107,7 @@ class Knobs:
         """Knobs from arrays or scalars; omitted knobs take the Strategy defaults (an even
         layout for the stage blocks)."""
         defaults = {
-            **Strategy().model_dump(),
+            **Strategy().model_dump(exclude=FRACTION_FIELDS),
             **dict.fromkeys(LAYOUT_FIELDS, 0),
             "recompute_layers": 0,
         }
@@ -120,7 +123,8 @@ class Knobs:
 
     @classmethod
     def from_strategy(cls, strategy: Strategy) -> Knobs:
-        values = strategy.model_dump(exclude={"stage_layers", "recompute_layers"})
+        values = strategy.model_dump(exclude={"stage_layers", "recompute_layers", *FRACTION_FIELDS})
+        values.update(strategy.offload_codes())
         if strategy.recompute_layers is not None:
             values.update(recompute="none", recompute_layers=strategy.recompute_layers)
         if strategy.stage_layers is not None:

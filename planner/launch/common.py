@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 import hardware_catalog
 from planner.errors import InputError, describe_validation_error
+from planner.quantities import OFFLOAD_STEPS
 from planner.specs import ModelSpec, Strategy, SystemSpec
 
 SHAPE_FIELDS = (
@@ -112,20 +113,46 @@ def place_on_host(parsed: Parsed, system: SystemSpec, knobs: list[str]) -> None:
             parsed.notes.append(
                 f"{knob}: system {system.name!r} has no host-memory tier; CPU offloading ignored"
             )
+            parsed.knobs.pop(f"{knob}_fraction", None)
         else:
             parsed.knobs[knob] = host
 
 
+def read_offload_fraction(parsed: Parsed, knob: str, value: float | None) -> bool:
+    """Read a framework's offload fraction of ``knob`` into ``<knob>_fraction``, snapped to the
+    nearest 1/8 (a note says so when it moved); False when it offloads nothing."""
+    if value is None:
+        return True
+    if not value > 0:
+        parsed.notes.append(f"{knob}_fraction = {value:g}: nothing offloaded")
+        return False
+    eighths = min(OFFLOAD_STEPS, max(1, round(value * OFFLOAD_STEPS)))
+    if eighths != value * OFFLOAD_STEPS:
+        parsed.notes.append(
+            f"{knob}_fraction = {value:g}: planner offloads in steps of 1/{OFFLOAD_STEPS}; "
+            f"read as {eighths}/{OFFLOAD_STEPS}"
+        )
+    parsed.knobs[f"{knob}_fraction"] = eighths / OFFLOAD_STEPS
+    return True
+
+
 def host_offloads(
-    strategy: Strategy, system: SystemSpec, framework: str
+    strategy: Strategy, system: SystemSpec, framework: str, fractions: frozenset[str] = frozenset()
 ) -> tuple[set[str], list[str]]:
     """The offload knobs the strategy sends to the host tier (what a framework's CPU offloading
-    can express), and a note for each knob sent to a tier that is not host memory."""
+    can express), and a note for each knob sent to a tier that is not host memory and for each
+    share below 1 of a knob outside ``fractions`` (those the framework offloads in part)."""
     host = host_tier(system)
     to_host: set[str] = set()
     notes: list[str] = []
     for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
         tier = getattr(strategy, knob)
+        fraction = getattr(strategy, f"{knob}_fraction")
+        if tier and fraction < 1 and knob not in fractions:
+            notes.append(
+                f"{knob}_fraction = {fraction:g}: {framework} offloads the whole tensor class "
+                "(or whole layers), not a share of every block's tensors; emitted as all of it"
+            )
         if tier and tier == host:
             to_host.add(knob)
         elif tier:

@@ -61,6 +61,7 @@ from planner.launch.common import (
     host_offloads,
     place_on_host,
     positive,
+    read_offload_fraction,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -69,6 +70,9 @@ VERSION = "Megatron-LM main @ d98e8a64dd (2026-08-22)"
 GPT2_BPE_VOCAB = 50257
 """Tokens of the GPT-2 BPE vocabulary (``--vocab-file gpt2-vocab.json``), before padding."""
 
+FRACTION_FLAG = "--optimizer-offload-fraction"
+"""The share of the optimizer state --optimizer-cpu-offload moves (Megatron-Core's hybrid
+device optimizer; default 1)."""
 FLAGS: dict[str, str] = {
     "tp": "--tensor-model-parallel-size",
     "pp": "--pipeline-model-parallel-size",
@@ -238,7 +242,7 @@ def _zero_flags(s: Strategy) -> list[tuple[str, object]]:
 def _offload_flags(
     model: ModelSpec, system: SystemSpec, s: Strategy
 ) -> tuple[list[tuple[str, object]], list[str]]:
-    to_host, notes = host_offloads(s, system, "Megatron-LM")
+    to_host, notes = host_offloads(s, system, "Megatron-LM", frozenset({"offload_optimizer"}))
     flags: list[tuple[str, object]] = []
     if to_host & {"offload_activations", "offload_weights"}:
         flags.append((FLAGS["offload_activations"], None))
@@ -255,6 +259,8 @@ def _offload_flags(
             )
     if "offload_optimizer" in to_host:
         flags += [(FLAGS["offload_optimizer"], None), ("--use-precision-aware-optimizer", None)]
+        if s.offload_optimizer_fraction < 1:
+            flags.append((FRACTION_FLAG, s.offload_optimizer_fraction))
     return flags, notes
 
 
@@ -418,7 +424,8 @@ def _read_offload(args: _Args, parsed: Parsed, system: SystemSpec) -> None:
             wanted.append("offload_weights")
     if args.has(FLAGS["offload_optimizer"]):
         args.has("--use-precision-aware-optimizer")
-        wanted.append("offload_optimizer")
+        if read_offload_fraction(parsed, "offload_optimizer", args.number(FRACTION_FLAG)):
+            wanted.append("offload_optimizer")
     place_on_host(parsed, system, wanted)
 
 

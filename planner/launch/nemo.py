@@ -42,6 +42,7 @@ from planner.launch.common import (
     host_offloads,
     place_on_host,
     positive,
+    read_offload_fraction,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -92,6 +93,7 @@ KEYS: dict[str, str] = {
     "attention": MODEL + "attention_backend",
     "zero_stage": "optim.config.use_distributed_optimizer",
     "offload_optimizer": "optim.config.optimizer_cpu_offload",
+    "offload_optimizer_fraction": "optim.config.optimizer_offload_fraction",
     "precision_aware": "optim.config.use_precision_aware_optimizer",
 }
 """The knob ↔ key table (dotted recipe attribute paths)."""
@@ -174,7 +176,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
             "ffn_kind = swiglu: set model.config.activation_func to F.silu in Python (the "
             "Llama recipes' configs do; a callable is not a YAML value)"
         )
-    to_host, offload_notes = host_offloads(s, system, "NeMo")
+    to_host, offload_notes = host_offloads(s, system, "NeMo", frozenset({"offload_optimizer"}))
     notes += offload_notes
     if to_host & {"offload_activations", "offload_weights"}:
         values |= {
@@ -184,7 +186,11 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
             KEYS["offload_weights"]: "offload_weights" in to_host,
         }
     if "offload_optimizer" in to_host:
-        values |= {KEYS["offload_optimizer"]: True, KEYS["precision_aware"]: True}
+        values |= {
+            KEYS["offload_optimizer"]: True,
+            KEYS["offload_optimizer_fraction"]: s.offload_optimizer_fraction,
+            KEYS["precision_aware"]: True,
+        }
     base = f"nemo llm pretrain --factory {recipe}" if recipe else "a NeMo 2.0 pretrain recipe"
     header = [
         f"# NeMo 2.0 recipe overrides: {model.name} on {s.gpus} GPUs of {system.name}",
@@ -321,7 +327,10 @@ def _read_offload(keys: _Keys, parsed: Parsed, system: SystemSpec) -> None:
             wanted.append("offload_weights")
     if keys.get("offload_optimizer", bool, False):
         keys.get("precision_aware", bool)
-        wanted.append("offload_optimizer")
+        # Megatron-Core's OptimizerConfig offloads none of it unless the fraction is set.
+        fraction = keys.get("offload_optimizer_fraction", float, 0.0)
+        if read_offload_fraction(parsed, "offload_optimizer", fraction):
+            wanted.append("offload_optimizer")
     place_on_host(parsed, system, wanted)
 
 
