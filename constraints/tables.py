@@ -299,14 +299,14 @@ class TableBuilder:
             params = block_params_per_rank(ctx, g["tp"])
             return weight_link_s(ctx, g["offload_weights"], params, tier)[index]
 
+        def backward_s(ctx: CostContext, g: Grid) -> np.ndarray:
+            t = times(ctx, g)
+            return t.backward_s + t.recompute_s
+
         c_f = self.per_block("offload_cf", axes, lambda ctx, g: times(ctx, g).forward_s)
-        c_b = self.per_block(
-            "offload_cb",
-            axes,
-            lambda ctx, g: times(ctx, g).backward_s + times(ctx, g).recompute_s,
-        )
-        forward: list[tuple[PerBlock, PerBlock]] = []
-        backward: list[tuple[PerBlock, PerBlock]] = []
+        c_b = self.per_block("offload_cb", axes, backward_s)
+        forward: list[tuple[PerBlock, PerBlock | None]] = []
+        backward: list[tuple[PerBlock, PerBlock | None]] = []
         for tier in range(1, len(ctx.system.memory_tiers)):
             affected = ("offload_bw",) if tier == 1 else ()
             a = self.per_block(

@@ -60,6 +60,12 @@ OFFLOAD_STEP_CHOICES = ("1/8", "1/4", "1/2", "1")
 """The steps ``--offload-step`` takes (each divides a whole class into equal shares)."""
 
 
+def is_eighths(fraction: float) -> bool:
+    """Whether ``fraction`` is a multiple of 1/8 in (0, 1]: an offload share."""
+    eighths = fraction * OFFLOAD_STEPS
+    return 0 < eighths <= OFFLOAD_STEPS and float(eighths).is_integer()
+
+
 def parse_eighths(text: str) -> int:
     """``0.375`` or ``3/8`` → 3: an offload fraction in eighths; ValueError unless a multiple
     of 1/8 in (0, 1]."""
@@ -68,7 +74,6 @@ def parse_eighths(text: str) -> int:
         fraction = float(numerator) / (float(denominator) if slash else 1.0)
     except (ValueError, ZeroDivisionError):
         raise ValueError(f"{text!r} is not a fraction") from None
-    eighths = fraction * OFFLOAD_STEPS
-    if not (0 < eighths <= OFFLOAD_STEPS and float(eighths).is_integer()):
+    if not is_eighths(fraction):
         raise ValueError(f"{text} is not a multiple of 1/{OFFLOAD_STEPS} in (0, 1]: 0.125, ..., 1")
-    return int(eighths)
+    return int(fraction * OFFLOAD_STEPS)

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from planner import limits as lim
-from planner.quantities import OFFLOAD_STEPS
+from planner.quantities import OFFLOAD_STEPS, is_eighths
 
 FfnKind = Literal["gelu", "swiglu"]
 Precision = Literal["bf16", "fp8"]
@@ -394,7 +394,7 @@ class Strategy(Spec):
     @field_validator(*(f"offload_{kind}_fraction" for kind in OFFLOAD_KINDS))
     @classmethod
     def _eighths(cls, value: float) -> float:
-        if not (0 < value <= 1 and float(value * OFFLOAD_STEPS).is_integer()):
+        if not is_eighths(value):
             raise ValueError(f"a fraction in steps of 1/{OFFLOAD_STEPS}: 0.125, 0.25, ..., 1")
         return value
 

@@ -11,8 +11,17 @@ import pytest
 
 from planner.cli import main
 
-PLAN_ARGS = ["plan", "--model", "gpt3-13b", "--system", "dgx-h100", "--gpus", "64"]
-PLAN_ARGS += ["--global-batch", "256"]
+PLAN = [
+    "plan",
+    "--model",
+    "gpt3-13b",
+    "--system",
+    "dgx-h100",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "256",
+]
 EVALUATE = [
     "evaluate",
     "--model",
@@ -373,8 +382,8 @@ def test_catalog_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None
         ([*EVALUATE, "--recompute-layers", "4"], "needs recompute = full"),
         ([*EVALUATE, "--offload-optimizer-fraction", "0.3"], "not a multiple of 1/8"),
         ([*EVALUATE, "--offload-optimizer-fraction", "1/2"], "needs offload_optimizer ≥ 1"),
-        ([*PLAN_ARGS, "--pin", "offload_optimizer_fraction=1/2"], "has no offload tier"),
-        ([*PLAN_ARGS, "--pin", "offload_weights_fraction=x"], "is not a fraction"),
+        ([*PLAN, "--pin", "offload_optimizer_fraction=1/2"], "has no offload tier"),
+        ([*PLAN, "--pin", "offload_weights_fraction=x"], "is not a fraction"),
         (
             [*EVALUATE[:-3], "--recompute", "full", "--recompute-layers", "3"],
             "multiple of interleave = 2",
@@ -400,19 +409,6 @@ def test_python_dash_m_entry_point() -> None:
     )
     assert result.returncode == 0
     assert any(m["name"] == "mt-128t" for m in json.loads(result.stdout))
-
-
-PLAN = [
-    "plan",
-    "--model",
-    "gpt3-13b",
-    "--system",
-    "dgx-h100",
-    "--gpus",
-    "64",
-    "--global-batch",
-    "256",
-]
 
 
 def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
