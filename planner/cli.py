@@ -314,9 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan_cmd.add_argument(
         "--rank-by",
         choices=["step", "structure", "strategy"],
-        default="step",
-        help="with --top: rank distinct step times, tied variants grouped (default); distinct "
-        "structures (tp, pp, dp, micro-batch, interleave, recompute); or every strategy",
+        default="structure",
+        help="with --top: rank distinct structures (tp, cp, pp, layout, dp, micro-batch, "
+        "interleave, recompute), tied variants listed (default); distinct step times, ties "
+        "walked one by one; or every strategy",
     )
     plan_cmd.add_argument(
         "--time-limit",
@@ -358,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=OFFLOAD_STEP_CHOICES,
         default=f"1/{OFFLOAD_STEPS // DEFAULT_OFFLOAD_STEP}",
         help="the search covers offloaded shares of a tensor class in steps of this (default "
-        "%(default)s: whole classes; 1/4 and 1/8 are finer, and slower for --top)",
+        "%(default)s; 1/8 is finer and can be slow to prove; 1/2 and 1 narrow the search)",
     )
     _add_emit_arg(plan_cmd)
 

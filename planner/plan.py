@@ -100,7 +100,7 @@ def plan(
     offload_step: int = DEFAULT_OFFLOAD_STEP,
     diagnose: bool | str = True,
     target: PerformanceTarget | None = None,
-    rank_by: RankBy = "step",
+    rank_by: RankBy = "structure",
 ) -> Plan:
     """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless the
     time limit cut the proof short (status ``feasible``). With ``top`` = K, also the K best

@@ -49,13 +49,15 @@ pp = 2 alone has L/2) and is stated with every plan that it cuts."""
 
 OFFLOAD_STEPS = 8
 """Offload fractions come in steps of 1/8 of a tensor class (planner.specs re-exports it)."""
-DEFAULT_OFFLOAD_STEP = 8
-"""The offload shares ``plan`` searches by default, in eighths: whole tensor classes. Shares
-are searched on request (``--offload-step 1/4`` or ``1/8``): the best plan is found about as
-fast over quarters (mt-1t on 16,384 GPUs of h100-offload-512g, batch 16,384: proven optimal in
-0.8 s over quarters, 0.6 s whole, still unproven after 20 s over eighths; plan(), 2 cores,
-2026-11), but ``--top K`` then ranks near-identical shares one by one (top 3 of
-examples/plan_from_python.py: 6 s whole, 19 s halves, past its 60 s limit over quarters)."""
+DEFAULT_OFFLOAD_STEP = 4
+"""The offload shares ``plan`` searches by default, in eighths: halves of each tensor class.
+benchmarks/latency_battery.py --quick (146 problems, 2 cores, 2026-11), every answer proven in
+each case: whole classes p50 0.38 s, p99 1.3 s, max 5.0 s; halves 0.45 s, 3.0 s, 5.4 s; quarters
+0.58 s, 4.8 s, 7.6 s. Over halves the README's main job is a space of 3.2·10⁹ proven in 0.9 s.
+Finer steps on request (``--offload-step 1/4`` or ``1/8``: over eighths, mt-1t on 16,384 GPUs
+of h100-offload-512g is still unproven after 20 s). ``--top K`` ranks structures by default, so
+near-identical shares are variants of one rank rather than ranks of their own
+(planner.ranking)."""
 OFFLOAD_STEP_CHOICES = ("1/8", "1/4", "1/2", "1")
 """The steps ``--offload-step`` takes (each divides a whole class into equal shares)."""
 

@@ -3,12 +3,17 @@
 Many strategies tie: they differ only in the ZeRO stage, in a tp/micro-batch trade with the
 same per-GPU work, or in offload traffic that is fully hidden. Three ways to rank:
 
-- ``step`` (default): rank r is the r-th distinct step time (as the cost model evaluates it).
+- ``structure`` (default): rank r is the r-th best distinct structural choice (tp, cp, pp,
+  layout, dp, micro-batch, interleave, recompute); variants are the same structure with other
+  ZeRO stages, offload shares, rank orders, sequence parallelism or overlaps within
+  TIE_TOLERANCE. A rank costs one re-solve and at most MAX_VARIANTS short ones (the structure
+  held), whatever the number of ties.
+- ``step``: rank r is the r-th distinct step time (as the cost model evaluates it).
   Strategies within TIE_TOLERANCE of a rank's step time are one rank, its representative the one
-  the tie-break prefers, up to MAX_VARIANTS others listed as its equivalent variants.
-- ``structure``: rank r is the r-th best distinct structural choice (tp, pp, dp, micro-batch,
-  interleave, recompute); variants are the same structure with other ZeRO stages, offloads,
-  sequence parallelism or overlaps within TIE_TOLERANCE.
+  the tie-break prefers, up to MAX_VARIANTS others listed as its equivalent variants. Ties are
+  walked one by one, so a rank costs one re-solve per tied strategy: with offload shares in the
+  space, dozens (top 3 of examples/plan_from_python.py over quarter shares: 47 ties in one rank,
+  past its 60 s limit; 2.5 s by structure).
 - ``strategy``: every distinct strategy is a rank (the behaviour before ranks were grouped).
 
 The representative of a rank is the solver's optimum of ``step·weight + simplicity``

@@ -386,11 +386,13 @@ def stated_caps(
     with the flag or field that moves it: "proven optimal" is proven over this space only."""
     caps = []
     if offload_step > 1 and len(system.memory_tiers) > 1:
-        step = "whole" if offload_step == OFFLOAD_STEPS else f"{offload_step}/{OFFLOAD_STEPS} of"
-        caps.append(
-            f"offloading {step} tensor classes (--offload-step; leaves out shares of "
-            f"1/{OFFLOAD_STEPS}, …)"
+        steps = (
+            "whole tensor classes"
+            if offload_step == OFFLOAD_STEPS
+            else f"tensor classes in steps of 1/{OFFLOAD_STEPS // offload_step}"
         )
+        leaves_out = f"leaves out shares of 1/{OFFLOAD_STEPS}, …"
+        caps.append(f"offloading {steps} (--offload-step; {leaves_out})")
     seq_len = job.seq_len_for(model)
     cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
     cut = [c for c in cp_values(gpus, seq_len) if c > cp_limit]

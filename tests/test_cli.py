@@ -586,17 +586,29 @@ def test_plan_with_an_offload_share_pin(capsys: pytest.CaptureFixture[str], as_j
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
-def test_plan_searches_offload_shares_on_request(
+def test_the_main_job_searches_offload_halves_past_a_billion(
     capsys: pytest.CaptureFixture[str], as_json: bool
 ) -> None:
-    """The README's main job over quarter shares: a space past 10⁹, the cap stated."""
+    """The README's main job by default: halves of each tensor class, a space past 10⁹, proven,
+    the cap stated."""
     argv = ["plan", "--model", "gpt3-175b", "--system", "dgx-a100-80g", "--gpus", "1024"]
-    argv += ["--global-batch", "1536", "--offload-step", "1/4"]
+    argv += ["--global-batch", "1536"]
     code, out, _ = run(capsys, *argv, *(["--json"] if as_json else []))
     assert code == 0
     if as_json:
         solver = json.loads(out)["solver"]
         assert solver["status"] == "optimal" and solver["search_space"] >= 1e9
-        assert any("offloading 2/8 of tensor classes" in cap for cap in solver["caps"])
+        assert any("tensor classes in steps of 1/2" in cap for cap in solver["caps"])
     else:
         assert "proven optimal" in out and "--offload-step" in out
+
+
+def test_a_finer_offload_step_grows_the_space(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "gpt3-1.3b", "--system", "dgx-a100-80g", "--gpus", "8"]
+    argv += ["--global-batch", "64", "--json"]
+    sizes = {}
+    for step in ("1", "1/2", "1/4"):
+        code, out, _ = run(capsys, *argv, "--offload-step", step)
+        assert code == 0
+        sizes[step] = json.loads(out)["solver"]["search_space"]
+    assert sizes["1"] < sizes["1/2"] < sizes["1/4"]
