@@ -543,15 +543,21 @@ def run_catalog(args: argparse.Namespace, console: Console) -> int:
     console.print(report.spec_table(title, data, spec.sources))
     if hasattr(spec, "params"):
         console.print(f"parameters: {report.format_params(spec.params)} ({spec.params:,})")
+        if spec.is_moe:
+            active = spec.active_params
+            console.print(f"active per token: {report.format_params(active)} ({active:,})")
     if spec.aliases:
         console.print(f"aliases: {', '.join(spec.aliases)}")
     return EXIT_OK
 
 
 def _catalog_json(spec) -> dict:
-    """A catalog entry as JSON; a model also gives its parameter count."""
+    """A catalog entry as JSON; a model also gives its parameter counts (total, and active per
+    token: the same for a dense model)."""
     data = spec.model_dump(mode="json")
-    return {**data, "params": spec.params} if hasattr(spec, "params") else data
+    if not hasattr(spec, "params"):
+        return data
+    return {**data, "params": spec.params, "active_params": spec.active_params}
 
 
 def _find_any(name: str):

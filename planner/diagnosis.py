@@ -99,16 +99,12 @@ def pin_conflicts(
     tp_ok = [
         t
         for t in divisors(gpus)
-        if model.heads % t == 0
-        and model.ffn_hidden % t == 0
-        and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
-        and (system.tp_across_domain or domain is None or t <= domain)
+        if model.splits_over(t) and (system.tp_across_domain or domain is None or t <= domain)
     ]
     if "tp" in pins and pins["tp"] not in tp_ok:
         add(
             "tp",
-            f"tp must divide the GPUs ({gpus}), heads ({model.heads}) and ffn_hidden "
-            f"({model.ffn_hidden}), suit kv_heads ({model.kv_heads})"
+            f"tp must divide the GPUs ({gpus}) and {model.tp_widths}"
             + (
                 f" and stay within one {system.network_tiers[0].name} domain ({domain})"
                 if domain and not system.tp_across_domain
@@ -401,14 +397,14 @@ class _Session:
             )
         if family == "divisibility":
             m = ctx.model
-            tp_ok = [t for t in divisors(self.gpus) if m.heads % t == 0 and m.ffn_hidden % t == 0]
+            tp_ok = [t for t in divisors(self.gpus) if m.splits_over(t)]
             seq_len = ctx.job.seq_len_for(m)
             cp_ok = cp_values(self.gpus, seq_len)
             return Conflict(
                 family=family,
                 label=label,
                 detail=(
-                    f"heads {m.heads}, kv_heads {m.kv_heads} and ffn {m.ffn_hidden} allow tp in "
+                    f"{m.tp_widths} allow tp in "
                     f"{{{_listing(tp_ok)}}}, the sequence {seq_len} cp in {{{_listing(cp_ok)}}}"
                     f" on {self.gpus} GPUs (and interleaving needs micro-batches % pp = 0)"
                 ),

@@ -26,6 +26,9 @@ MAX_HIDDEN = 1 << 20
 """Hidden, FFN and head widths; the 128T model's hidden is 148,480, its FFN 593,920."""
 MAX_HEADS = 1 << 16
 """Attention heads (and KV heads); the 128T model has 1,160."""
+MAX_EXPERTS = 1 << 14
+"""Experts per mixture-of-experts block; DeepSeek-V3 routes over 256, the largest published
+fine-grained MoE designs over a few thousand."""
 MAX_VOCAB = 1 << 24
 """Vocabulary entries; the largest published vocabularies are ~256k."""
 MAX_CAPACITY_GIB = 65536.0

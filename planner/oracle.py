@@ -40,7 +40,7 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
     b, v = k["micro_batch"], k["interleave"]
     ok = (t * c * p * d == space.gpus) & (job.global_batch % np.maximum(d * b, 1) == 0)
     ok &= (c == 1) | (ctx.seq_len % (2 * c) == 0)
-    ok &= (m.heads % t == 0) & (m.ffn_hidden % t == 0)
+    ok &= (m.heads % t == 0) & (m.ffn_hidden % t == 0) & (m.expert_width % t == 0)
     ok &= (m.kv_heads % t == 0) | (t % m.kv_heads == 0)
     n = job.global_batch // np.maximum(d * b, 1)
     even = k["first_blocks"] == k["last_blocks"]

@@ -283,7 +283,9 @@ def _report(
 
 def _estimate(ctx: CostContext, strategy: Strategy, system: SystemSpec) -> Estimate:
     terms = evaluate_terms(ctx, Knobs.from_strategy(strategy))
-    return build_estimate(ctx, terms, strategy.gpus, strategy_warnings(system, strategy, ctx.stack))
+    return build_estimate(
+        ctx, terms, strategy.gpus, strategy_warnings(system, strategy, ctx.stack, ctx.model)
+    )
 
 
 def _differences(best: Strategy, other: Strategy) -> list[str]:

@@ -42,15 +42,10 @@ def strategy_violations(
         problems.append(f"{s.product_text()} must equal gpus = {gpus}")
     if system.max_gpus is not None and s.gpus > system.max_gpus:
         problems.append(f"gpus = {s.gpus}: system {system.name!r} has at most {system.max_gpus}")
-    tp_ok = [
-        t
-        for t in divisors(model.heads)
-        if model.ffn_hidden % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
-    ]
+    tp_ok = [t for t in divisors(model.heads) if model.splits_over(t)]
     if s.tp not in tp_ok:
         problems.append(
-            f"tp = {s.tp} must divide heads ({model.heads}) and ffn_hidden "
-            f"({model.ffn_hidden}) and divide or be a multiple of kv_heads ({model.kv_heads}); "
+            f"tp = {s.tp} must divide {model.tp_widths} (or be a multiple of the KV heads); "
             f"allowed: {_allowed(tp_ok)}"
         )
     if s.stage_layers is not None:
@@ -153,11 +148,21 @@ def _partial_recompute_violations(s: Strategy) -> list[str]:
     return problems
 
 
+EXPERTS_REPLICATED = (
+    "experts: expert parallelism is not modelled yet; every data-parallel rank holds all "
+    "experts of its blocks (split over tp), as with ep = 1"
+)
+
+
 def strategy_warnings(
-    system: SystemSpec, strategy: Strategy, stack: StackProfile | None = None
+    system: SystemSpec,
+    strategy: Strategy,
+    stack: StackProfile | None = None,
+    model: ModelSpec | None = None,
 ) -> list[str]:
-    """Legal but unusual choices worth a word, and overlaps the stack does not have."""
-    warnings = []
+    """Legal but unusual choices worth a word, overlaps the stack does not have, and what the
+    cost model leaves out for this model."""
+    warnings = [EXPERTS_REPLICATED] if model is not None and model.is_moe else []
     if stack is not None:
         for knob in ("dp_overlap", "tp_overlap"):
             if getattr(strategy, knob) and not getattr(stack, knob):

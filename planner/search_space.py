@@ -263,10 +263,7 @@ def build_search_space(
     tp_values = _keep_allowed(
         tp_values,
         lambda t: (
-            model.heads % t == 0
-            and model.ffn_hidden % t == 0
-            and (model.kv_heads % t == 0 or t % model.kv_heads == 0)
-            and (system.tp_across_domain or domain is None or t <= domain)
+            model.splits_over(t) and (system.tp_across_domain or domain is None or t <= domain)
         ),
         prune,
     )
@@ -424,11 +421,7 @@ def stated_caps(
         caps.append(f"interleave ≤ {max_interleave} (--max-interleave; leaves out {cut[0]}, …)")
     domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
     if domain and not system.tp_across_domain:
-        wider = [
-            t
-            for t in divisors(gpus)
-            if t > domain and model.heads % t == 0 and model.ffn_hidden % t == 0
-        ]
+        wider = [t for t in divisors(gpus) if t > domain and model.splits_over(t)]
         if wider:
             caps.append(
                 f"TP within one {system.network_tiers[0].name} domain of {domain} GPUs "

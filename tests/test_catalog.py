@@ -24,6 +24,10 @@ SYSTEMS = [
     "h100-offload-512g",
 ]
 MODELS = [
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "dbrx",
+    "deepseek-v3",
     "gpt3-1.3b",
     "gpt3-13b",
     "gpt3-175b",

@@ -67,12 +67,15 @@ def _memory_bound_forward_bytes(
     norms_and_residuals = np.where(
         np.asarray(sp, dtype=bool), norms_and_residuals / t, norms_and_residuals
     )
-    activation = (3 if m.ffn_kind == "swiglu" else 2) * e * sbh * m.ffn_hidden / m.hidden / t
+    width = m.ffn_intermediate_width / m.hidden
+    activation = (3 if m.ffn_kind == "swiglu" else 2) * e * sbh * width / t
+    # MoE blocks permute each token to its k experts and back: k copies written and read twice
+    permute = 4 * e * sbh * m.experts_per_token * m.moe_layers / m.layers / t
     if ctx.flash:
         softmax = np.zeros_like(sbh)
     else:
         softmax = (2 * e + (2 * e + mask if m.dropout else 0)) * m.heads * s * sbh / m.hidden / t
-    return norms_and_residuals + activation, softmax
+    return norms_and_residuals + activation + permute, softmax
 
 
 def attention_core_s(
@@ -108,7 +111,10 @@ def block_times(
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
     gemms = block_gemms(ctx, tp, local_mb)
     gemm_s = (
-        sum(matmul_time_s(accel, peak, flops) for flops in gemms.projections)
+        sum(
+            count * matmul_time_s(accel, peak, flops)
+            for count, flops in zip(gemms.counts, gemms.projections, strict=True)
+        )
         / stack.gemm_efficiency
     )
     core_forward, core_backward = attention_core_s(ctx, gemms.attention_core, cp)

@@ -1,15 +1,19 @@
 """FLOP counts (a multiply-add is 2 FLOPs).
 
 Per block, forward, per micro-batch of b sequences of length s (Narayanan et al. SC21 eq. 3,
-generalised to grouped-query attention and SwiGLU):
+generalised to grouped-query attention, SwiGLU, mixtures of experts and latent attention):
 
 - QKV projection     2·b·s·h·(q + 2·k·d_h)
 - attention scores   2·b·s²·q
 - attention · V      2·b·s²·q
 - output projection  2·b·s·q·h
+- FFN                2·b·s·h·f per matrix (2 matrices for GeLU, 3 for SwiGLU); an MoE block
+                     2·b·s·h·f_e·(k + shared) per matrix for top-k routing, plus the router
+                     2·b·s·h·E
 
-where q = a·d_h is the attention width (= h for all but a few models, e.g. PaLM).
-- FFN                2·b·s·h·f per matrix (2 matrices for GeLU, 3 for SwiGLU)
+where q = a·d_h is the attention width (= h for all but a few models, e.g. PaLM). Latent
+attention (DeepSeek-V2/V3) has its own five projections, and its core is 2·b·s²·a·(d_qk + d_v)
+(= 4·b·s²·q when the query/key and value heads are d_h wide).
 
 Backward is twice the forward. The LM head (logits) is 2·b·s·h·V forward. With these, a GPT
 model's FLOPs per step are 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) exactly (SC21 eq. 3).
@@ -31,9 +35,19 @@ class BlockGemms:
     """Forward FLOPs of one block's matrix products on one TP rank, per micro-batch."""
 
     projections: tuple[np.ndarray, ...]
-    """Weight GEMMs: QKV, output projection, each FFN matrix."""
+    """FLOPs of each kind of weight GEMM: attention projections, FFN matrices, experts."""
+    counts: tuple[float, ...]
+    """How many GEMMs of each kind an average block runs (1 for a dense block's; an MoE
+    block's routed experts are E GEMMs per matrix of b·s·k/E tokens each; averaged over the
+    blocks by their share of dense and MoE blocks)."""
     attention_core: np.ndarray
     """Scores and attention · V (batched over heads), together."""
+
+    @property
+    def projection_flops(self) -> np.ndarray:
+        return sum(
+            count * flops for count, flops in zip(self.counts, self.projections, strict=True)
+        )
 
 
 def kv_heads_per_rank(ctx: CostContext, tp: ArrayLike) -> np.ndarray:
@@ -42,23 +56,48 @@ def kv_heads_per_rank(ctx: CostContext, tp: ArrayLike) -> np.ndarray:
 
 
 def block_gemms(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> BlockGemms:
-    """Per-rank forward GEMM FLOPs of one block. Depends on (tp, micro_batch)."""
+    """Per-rank forward GEMM FLOPs of one (average) block. Depends on (tp, micro_batch).
+
+    Latent attention runs its five projections (ModelSpec.latent_projections), each split over
+    t (Megatron-Core splits the up-projections by head; its down-projections are small). An MoE
+    block runs each token through ``experts_per_token`` routed experts and the shared ones, with
+    the experts split over t (expert tensor parallelism = tp) and every expert on every rank;
+    the router is a replicated h × E GEMM."""
     m, s = ctx.model, ctx.seq_len
     t = np.asarray(tp, dtype=float)
     tokens = np.asarray(mb, dtype=float) * s
-    q = m.attention_width
-    qkv_columns = q / t + 2 * m.head_dim * kv_heads_per_rank(ctx, tp)
-    qkv = 2 * tokens * m.hidden * qkv_columns
-    proj = 2 * tokens * q * m.hidden / t
-    ffn = 2 * tokens * m.hidden * m.ffn_hidden / t
-    core = 4 * tokens * s * q / t
-    return BlockGemms(projections=(qkv, proj) + (ffn,) * m.ffn_matrices, attention_core=core)
+    if m.is_latent_attention:
+        attention = [2 * tokens * rows * columns / t for rows, columns in m.latent_projections]
+    else:
+        q = m.attention_width
+        qkv_columns = q / t + 2 * m.head_dim * kv_heads_per_rank(ctx, tp)
+        attention = [2 * tokens * m.hidden * qkv_columns, 2 * tokens * q * m.hidden / t]
+    gemms = [(flops, 1.0) for flops in attention]
+    moe_share = m.moe_layers / m.layers
+    if moe_share < 1:
+        dense = 2 * tokens * m.hidden * m.ffn_hidden / t
+        gemms += [(dense, 1 - moe_share)] * m.ffn_matrices
+    if moe_share > 0:
+        expert_tokens = tokens * m.experts_per_token / m.experts
+        expert = 2 * expert_tokens * m.hidden * m.expert_width / t
+        gemms += [(expert, moe_share * m.experts)] * m.ffn_matrices
+        if m.shared_experts:
+            shared = 2 * tokens * m.hidden * m.shared_experts * m.expert_width / t
+            gemms += [(shared, moe_share)] * m.ffn_matrices
+        gemms += [(2 * tokens * m.hidden * m.experts, moe_share)]
+    core = 2 * tokens * s * m.heads * (m.qk_head_dim + m.value_head_dim) / t
+    return BlockGemms(
+        projections=tuple(flops for flops, _ in gemms),
+        counts=tuple(count for _, count in gemms),
+        attention_core=core,
+    )
 
 
 def block_forward_flops(ctx: CostContext, sequences: ArrayLike) -> np.ndarray:
-    """Whole-model (unsharded) forward FLOPs of one block for ``sequences`` sequences."""
+    """Whole-model (unsharded) forward FLOPs of one (average) block for ``sequences``
+    sequences: an MoE block counts the experts each token passes through (active FLOPs)."""
     gemms = block_gemms(ctx, 1, sequences)
-    return sum(gemms.projections) + gemms.attention_core
+    return gemms.projection_flops + gemms.attention_core
 
 
 def logits_forward_flops(ctx: CostContext, sequences: ArrayLike) -> np.ndarray:

@@ -7,8 +7,10 @@ generalised from Korthikanti et al. §4 to grouped-query attention (k KV heads) 
 - replicated over TP ranks unless sequence parallelism splits them: two layer-norm inputs
   (4·sbh), the QKV and FFN inputs (4·sbh), two dropout masks (2·sbh, if the model uses dropout);
 - split over t: Q (2·sbh), K and V (4·sbh·k/a), the output-projection input (2·sbh) (Q and that
-  input scale by a·d_h/h where the attention width differs from h), the FFN
-  intermediates (GeLU 4·sbf: its input and output; SwiGLU 6·sbf: gate, up and their product);
+  input scale by a·d_h/h where the attention width differs from h; under latent attention the
+  heads are d_qk and d_v wide), the FFN intermediates (GeLU 4·sbf: its input and output; SwiGLU
+  6·sbf: gate, up and their product; f is (k + shared)·f_e in an MoE block, which also keeps
+  its k permuted token copies, 2·k·sbh, with the replicated terms);
 - the attention core, split over t: softmax output (2·as²b), its dropout mask (as²b) and output
   (2·as²b) — dropped by selective recompute and by flash attention.
 
@@ -50,11 +52,15 @@ def block_activation_bytes(
     split = np.asarray(sp, dtype=bool)
     sbh = np.asarray(mb, dtype=float) * s * m.hidden
     mask = 1 if m.dropout else 0
-    replicated = (8 + 2 * mask) * sbh
-    ffn_units = (6 if m.ffn_kind == "swiglu" else 4) * m.ffn_hidden / m.hidden
-    q_units = m.attention_width / m.hidden  # 1 unless head_dim · heads differs from hidden
-    kv_units = kv_heads_per_rank(ctx, tp) * t * m.head_dim / m.hidden  # k·d_h/h (KV replicated
-    # when t > k)
+    # MoE blocks also keep the expert input: the k permuted copies of each token
+    permuted = 2 * m.experts_per_token * m.moe_layers / m.layers
+    replicated = (8 + 2 * mask + permuted) * sbh
+    ffn_units = (6 if m.ffn_kind == "swiglu" else 4) * m.ffn_intermediate_width / m.hidden
+    # Q and the output-projection input: 1 unless the heads' width differs from hidden
+    q_units = m.heads * (m.qk_head_dim + m.value_head_dim) / 2 / m.hidden
+    # K and V: k·d_h/h, KV replicated when t > k
+    kv_heads = kv_heads_per_rank(ctx, tp) * t
+    kv_units = kv_heads * (m.qk_head_dim + m.value_head_dim) / 2 / m.hidden
     sharded = (4 * q_units + 4 * kv_units + ffn_units) * sbh / t
     core = (4 + mask) * m.heads * s * sbh / m.hidden / t
     code = np.asarray(recompute)
