@@ -244,6 +244,12 @@ class ModelSpec(Spec):
         return self.layers - self.dense_layers if self.is_moe else 0
 
     @property
+    def moe_share(self) -> float:
+        """The share of blocks whose FFN is a mixture of experts (0 for a dense model): what the
+        cost model weighs MoE terms by in its average block."""
+        return self.moe_layers / self.layers
+
+    @property
     def dense_ffn_params(self) -> int:
         """A dense FFN: its matrices with biases."""
         h, f = self.hidden, self.ffn_hidden
@@ -272,8 +278,7 @@ class ModelSpec(Spec):
         """Intermediate FFN activations per token, averaged over blocks: f in a dense block,
         (experts_per_token + shared_experts) · expert width in an MoE block."""
         routed = (self.experts_per_token + self.shared_experts) * self.expert_width
-        dense = self.layers - self.moe_layers
-        return (dense * self.ffn_hidden + self.moe_layers * routed) / self.layers
+        return (1 - self.moe_share) * self.ffn_hidden + self.moe_share * routed
 
     @property
     def embedding_params(self) -> int:

@@ -70,7 +70,7 @@ def _memory_bound_forward_bytes(
     width = m.ffn_intermediate_width / m.hidden
     activation = (3 if m.ffn_kind == "swiglu" else 2) * e * sbh * width / t
     # MoE blocks permute each token to its k experts and back: k copies written and read twice
-    permute = 4 * e * sbh * m.experts_per_token * m.moe_layers / m.layers / t
+    permute = 4 * e * sbh * m.experts_per_token * m.moe_share / t
     if ctx.flash:
         softmax = np.zeros_like(sbh)
     else:

@@ -73,7 +73,7 @@ def block_gemms(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> BlockGemms:
         qkv_columns = q / t + 2 * m.head_dim * kv_heads_per_rank(ctx, tp)
         attention = [2 * tokens * m.hidden * qkv_columns, 2 * tokens * q * m.hidden / t]
     gemms = [(flops, 1.0) for flops in attention]
-    moe_share = m.moe_layers / m.layers
+    moe_share = m.moe_share
     if moe_share < 1:
         dense = 2 * tokens * m.hidden * m.ffn_hidden / t
         gemms += [(dense, 1 - moe_share)] * m.ffn_matrices

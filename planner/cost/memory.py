@@ -53,14 +53,14 @@ def block_activation_bytes(
     sbh = np.asarray(mb, dtype=float) * s * m.hidden
     mask = 1 if m.dropout else 0
     # MoE blocks also keep the expert input: the k permuted copies of each token
-    permuted = 2 * m.experts_per_token * m.moe_layers / m.layers
+    permuted = 2 * m.experts_per_token * m.moe_share
     replicated = (8 + 2 * mask + permuted) * sbh
     ffn_units = (6 if m.ffn_kind == "swiglu" else 4) * m.ffn_intermediate_width / m.hidden
+    head_units = (m.qk_head_dim + m.value_head_dim) / 2 / m.hidden  # d_h/h per head
     # Q and the output-projection input: 1 unless the heads' width differs from hidden
-    q_units = m.heads * (m.qk_head_dim + m.value_head_dim) / 2 / m.hidden
+    q_units = m.heads * head_units
     # K and V: k·d_h/h, KV replicated when t > k
-    kv_heads = kv_heads_per_rank(ctx, tp) * t
-    kv_units = kv_heads * (m.qk_head_dim + m.value_head_dim) / 2 / m.hidden
+    kv_units = kv_heads_per_rank(ctx, tp) * t * head_units
     sharded = (4 * q_units + 4 * kv_units + ffn_units) * sbh / t
     core = (4 + mask) * m.heads * s * sbh / m.hidden / t
     code = np.asarray(recompute)
