@@ -14,6 +14,7 @@ from constraints.structure import (
     add_batch,
     add_canonical,
     add_divisibility,
+    add_experts,
     add_factorization,
     add_partial_recompute,
     add_pins,
@@ -101,6 +102,7 @@ def build_plan_model(
     add_batch(variables, ctx.job)
     add_divisibility(variables, ctx.model, ctx.seq_len)
     add_placement(variables, ctx.system)
+    add_experts(variables, ctx.model)
     add_partial_recompute(variables)
     add_rank_order(variables)
     add_pins(variables)

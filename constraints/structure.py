@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import math
 
-from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_factors
+from ortools.sat.python import cp_model
+
+from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_exponent, prime_factors
 from planner.rules import cp_allowed
 from planner.search_space import FRACTION_PINS, pinned_values
 from planner.specs import OFFLOAD_STEPS, JobSpec, ModelSpec, SystemSpec
@@ -86,6 +88,53 @@ def add_divisibility(variables: Variables, model: ModelSpec, seq_len: int) -> No
             m.Add(
                 variables.exponent("micro_batches", prime) >= variables.exponent("pp", prime)
             ).OnlyEnforceIf([literal, is_interleaved])
+
+
+def add_experts(variables: Variables, model: ModelSpec) -> None:
+    """Expert parallelism (planner.rules, planner/cost/experts.py): ep divides the experts;
+    expert TP (code 0: = tp) divides tp and the expert width; ep·etp divides a stage's
+    tp·cp·dp ranks, per prime q as exponents, e_q(ep) + e_q(etp) ≤ e_q(tp) + e_q(cp) + e_q(dp)
+    (with etp = tp: e_q(ep) ≤ e_q(cp) + e_q(dp)); an MoE model with tp > 1 has sequence
+    parallelism; ep > 1 keeps the default rank order. One family, so a pin that breaks it is
+    named."""
+    if not model.is_moe:
+        return
+    literal = variables.family(
+        "experts", "ep | experts; ep·expert_tp | tp·cp·dp; MoE with tp > 1 needs SP"
+    )
+    m, domains, onehot = variables.model, variables.domains, variables.onehot
+
+    def forbid(*chosen: cp_model.IntVar) -> None:
+        m.AddBoolOr([literal.Not(), *(c.Not() for c in chosen)])
+
+    for value, chosen in zip(domains["ep"], onehot["ep"], strict=True):
+        if model.experts % value:
+            forbid(chosen)
+    for code, chosen in zip(domains["expert_tp"], onehot["expert_tp"], strict=True):
+        if code and model.expert_width % code:
+            forbid(chosen)
+        for tp, tp_chosen in zip(domains["tp"], onehot["tp"], strict=True):
+            if code and tp % code:
+                forbid(chosen, tp_chosen)
+    stage_ranks = ("tp", "cp", "dp")
+    values = [v for name in ("ep", "expert_tp", *stage_ranks) for v in domains[name]]
+    for prime in sorted({q for v in values if v > 0 for q in prime_factors(v)}):
+        ranks = sum(variables.exponent(name, prime) for name in stage_ranks)
+        ep = variables.exponent("ep", prime)
+        for code, chosen in zip(domains["expert_tp"], onehot["expert_tp"], strict=True):
+            etp = variables.exponent("tp", prime) if code == 0 else prime_exponent(code, prime)
+            m.Add(ep + etp <= ranks).OnlyEnforceIf([literal, chosen])
+    sp_on = variables.is_value("sequence_parallel", 1)
+    for tp, chosen in zip(domains["tp"], onehot["tp"], strict=True):
+        if tp > 1:
+            if sp_on is None:
+                forbid(chosen)
+            else:
+                m.AddBoolOr([literal.Not(), chosen.Not(), sp_on])
+    for value, chosen in zip(domains["ep"], onehot["ep"], strict=True):
+        for code, placed in zip(domains["placement"], onehot["placement"], strict=True):
+            if value > 1 and code != 0:
+                forbid(chosen, placed)
 
 
 def add_partial_recompute(variables: Variables) -> None:
@@ -164,7 +213,7 @@ def add_canonical(variables: Variables) -> None:
     tp_one = variables.is_value("tp", 1)
     dp_one = variables.is_value("dp", 1)
     if tp_one is not None:
-        for knob in ("sequence_parallel", "tp_overlap"):
+        for knob in ("sequence_parallel", "tp_overlap", "expert_tp"):
             if knob not in pins:
                 m.AddImplication(tp_one, variables.onehot[knob][0])
     if "placement" not in pins and len(variables.domains["placement"]) > 1:

@@ -26,8 +26,10 @@ from ortools.sat.python import cp_model
 from constraints.variables import Variables
 from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import CostContext
+from planner.cost.experts import expert_dp_size
 from planner.cost.flops import model_flops_per_step
 from planner.cost.memory import (
+    StageParams,
     block_activation_bytes,
     block_params_per_rank,
     logits_bytes,
@@ -101,6 +103,17 @@ def make_grid(variables: Variables, knobs: tuple[str, ...]) -> Grid:
         arrays["first"] = np.array([x.blocks for x in layouts], dtype=float)[index]
         arrays["last"] = np.array([x.last for x in layouts], dtype=float)[index]
     return Grid(knobs=knobs, arrays=arrays)
+
+
+BLOCK_TIME_KNOBS = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
+"""The knobs compute.block_times depends on (ep last)."""
+
+
+def grid_block_times(ctx: CostContext, g: Grid):
+    """compute.block_times over a grid holding BLOCK_TIME_KNOBS."""
+    return block_times(
+        ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"], g["cp"], g["ep"]
+    )
 
 
 @dataclass(frozen=True)
@@ -211,35 +224,45 @@ class TableBuilder:
     # -- the tables -------------------------------------------------------------------------
     def block_compute(self) -> tuple[PerBlock, PerBlock]:
         """(forward + backward + recompute, forward) per block per micro-batch."""
-        knobs = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel")
-
-        def times(ctx: CostContext, g: Grid):
-            return block_times(
-                ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"], g["cp"]
-            )
+        knobs = BLOCK_TIME_KNOBS
 
         def compute(ctx: CostContext, g: Grid) -> np.ndarray:
-            t = times(ctx, g)
+            t = grid_block_times(ctx, g)
             return t.forward_s + t.backward_s + t.recompute_s
 
         return (
             self.per_block("compute", knobs, compute),
-            self.per_block("forward", knobs, lambda ctx, g: times(ctx, g).forward_s),
+            self.per_block("forward", knobs, lambda ctx, g: grid_block_times(ctx, g).forward_s),
         )
 
+    def exposed_comm_s(self, ctx: CostContext, g: Grid, recompute: np.ndarray | int):
+        """Exposed TP, CP and expert traffic per block per micro-batch over ``g`` (which has
+        the comm_exposed knobs). Sequence parallelism only changes the expert traffic's
+        overlap window, and an MoE model has it exactly when tp > 1 (planner.rules)."""
+        sp = g["tp"] > 1 if ctx.model.is_moe else 0
+        pieces = block_pieces(
+            ctx,
+            g["tp"],
+            g["micro_batch"],
+            recompute,
+            sp,
+            g["tp_overlap"],
+            0,
+            0,
+            g["cp"],
+            g["ep"],
+            g["expert_tp"],
+        )
+        return pieces.tp_exposed_s + pieces.cp_exposed_s + pieces.ep_exposed_s
+
+    COMM_KNOBS = ("tp", "cp", "micro_batch", "tp_overlap", "ep", "expert_tp")
+
     def comm_exposed(self) -> PerBlock:
-        """Exposed TP and CP traffic per block per micro-batch."""
-
-        def exposed(ctx: CostContext, g: Grid) -> np.ndarray:
-            pieces = block_pieces(
-                ctx, g["tp"], g["micro_batch"], g["recompute"], 0, g["tp_overlap"], 0, 0, g["cp"]
-            )
-            return pieces.tp_exposed_s + pieces.cp_exposed_s
-
+        """Exposed TP, CP and expert traffic per block per micro-batch."""
         return self.per_block(
             "comm_exposed",
-            ("tp", "cp", "micro_batch", "recompute", "tp_overlap"),
-            exposed,
+            (*self.COMM_KNOBS, "recompute"),
+            lambda ctx, g: self.exposed_comm_s(ctx, g, g["recompute"]),
             affected=("scale_out_bw",),
         )
 
@@ -253,25 +276,20 @@ class TableBuilder:
         def compute(ctx: CostContext, g: Grid) -> np.ndarray:
             def total(code: int) -> np.ndarray:
                 t = block_times(
-                    ctx, g["tp"], g["micro_batch"], code, g["sequence_parallel"], g["cp"]
+                    ctx, g["tp"], g["micro_batch"], code, g["sequence_parallel"], g["cp"], g["ep"]
                 )
                 return t.forward_s + t.backward_s + t.recompute_s
 
             return total(full) - total(none)
 
         def comm(ctx: CostContext, g: Grid) -> np.ndarray:
-            def exposed(code: int) -> np.ndarray:
-                pieces = block_pieces(
-                    ctx, g["tp"], g["micro_batch"], code, 0, g["tp_overlap"], 0, 0, g["cp"]
-                )
-                return pieces.tp_exposed_s + pieces.cp_exposed_s
+            return self.exposed_comm_s(ctx, g, full) - self.exposed_comm_s(ctx, g, none)
 
-            return exposed(full) - exposed(none)
-
-        axes = ("tp", "cp", "micro_batch")
         return (
-            self.per_block("partial_compute", (*axes, "sequence_parallel"), compute),
-            self.per_block("partial_comm", (*axes, "tp_overlap"), comm, affected=("scale_out_bw",)),
+            self.per_block(
+                "partial_compute", ("tp", "cp", "micro_batch", "sequence_parallel", "ep"), compute
+            ),
+            self.per_block("partial_comm", self.COMM_KNOBS, comm, affected=("scale_out_bw",)),
         )
 
     def offload_exposed(self) -> tuple[PerBlock, PerBlock]:
@@ -280,13 +298,9 @@ class TableBuilder:
         over the tiers, each piece a table over its own few knobs, the max an
         AddMaxEquality."""
         ctx = self.ctx
-        axes = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel")
-        w_axes = ("tp", "cp", "micro_batch", "offload_weights")
-
-        def times(ctx: CostContext, g: Grid):
-            return block_times(
-                ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"], g["cp"]
-            )
+        axes = BLOCK_TIME_KNOBS
+        a_axes = axes[:-1]  # activations do not depend on ep
+        w_axes = ("tp", "cp", "micro_batch", "offload_weights", "ep", "expert_tp")
 
         def activations(ctx: CostContext, g: Grid, tier: int) -> np.ndarray:
             local_mb = g["micro_batch"] / g["cp"]
@@ -296,14 +310,14 @@ class TableBuilder:
             return activation_link_s(ctx, g["offload_activations"], a_block, tier)
 
         def weights(ctx: CostContext, g: Grid, tier: int, index: int) -> np.ndarray:
-            params = block_params_per_rank(ctx, g["tp"])
+            params = block_params_per_rank(ctx, g["tp"], g["ep"], g["expert_tp"])
             return weight_link_s(ctx, g["offload_weights"], params, tier)[index]
 
         def backward_s(ctx: CostContext, g: Grid) -> np.ndarray:
-            t = times(ctx, g)
+            t = grid_block_times(ctx, g)
             return t.backward_s + t.recompute_s
 
-        c_f = self.per_block("offload_cf", axes, lambda ctx, g: times(ctx, g).forward_s)
+        c_f = self.per_block("offload_cf", axes, lambda ctx, g: grid_block_times(ctx, g).forward_s)
         c_b = self.per_block("offload_cb", axes, backward_s)
         forward: list[tuple[PerBlock, PerBlock | None]] = []
         backward: list[tuple[PerBlock, PerBlock | None]] = []
@@ -311,7 +325,7 @@ class TableBuilder:
             affected = ("offload_bw",) if tier == 1 else ()
             a = self.per_block(
                 f"offload_a{tier}",
-                (*axes, "offload_activations"),
+                (*a_axes, "offload_activations"),
                 lambda ctx, g, t=tier: activations(ctx, g, t),
                 affected,
             )
@@ -402,30 +416,38 @@ class TableBuilder:
             pp_power=0,
         )
 
-    def layout_params(self, g: Grid, stage: str) -> np.ndarray:
+    EXPERT_AXES = ("ep", "expert_tp")
+
+    def layout_params(self, g: Grid, stage: str) -> StageParams:
         """Parameters per rank of the layout's ``stage`` ("first" or "last"; in the layouts the
         solver searches the middle stages equal the first, without its embedding, so the first
         bounds them)."""
-        return stage_params(self.ctx, g["tp"], g["pp"], g[stage], stage).total
+        return stage_params(self.ctx, g["tp"], g["pp"], g[stage], stage, g["ep"], g["expert_tp"])
+
+    def expert_dp(self, g: Grid) -> np.ndarray:
+        return expert_dp_size(g["tp"], g["cp"], self.data_parallel(g), g["ep"], g["expert_tp"])
 
     def dp_comm(self, stage: str) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
         """A stage's DP communication: (after the backward, before the forward, per
         micro-batch)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
-        knobs += self.placement_axes
+        knobs += (*self.placement_axes, *self.EXPERT_AXES)
 
         def part(index: int):
             def cost(ctx: CostContext, g: Grid) -> np.ndarray:
                 dp = self.data_parallel(g)
                 span = group_spans(g["tp"], g["cp"], g["pp"], dp, self.placement(g))[0]
+                params = self.layout_params(g, stage)
                 return dp_comm_times_s(
                     ctx,
-                    self.layout_params(g, stage),
+                    params.total,
                     span,
                     dp,
                     g["zero_stage"],
                     g["recompute"],
                     g["cp"],
+                    params.experts,
+                    self.expert_dp(g),
                 )[index]
 
             return self.evaluate(knobs, cost, ("scale_out_bw",))
@@ -434,27 +456,35 @@ class TableBuilder:
         return tuple(self.time(f"{name}_{stage}", *part(i)) for i, name in enumerate(names))
 
     def optimizer(self) -> cp_model.IntVar:
+        """The optimizer step of the stage (first or last) with the most state per rank."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "offload_optimizer")
-        grid, seconds = self.evaluate(
-            knobs,
-            lambda ctx, g: optimizer_time_s(
+
+        def seconds(ctx: CostContext, g: Grid, stage: str) -> np.ndarray:
+            params = self.layout_params(g, stage)
+            return optimizer_time_s(
                 ctx,
-                np.maximum(self.layout_params(g, "first"), self.layout_params(g, "last")),
+                params.total,
                 self.data_parallel(g),
                 g["zero_stage"],
                 g["offload_optimizer"],
                 g["cp"],
-            ),
+                params.experts,
+                self.expert_dp(g),
+            )
+
+        grid, slowest = self.evaluate(
+            (*knobs, *self.EXPERT_AXES),
+            lambda ctx, g: np.maximum(seconds(ctx, g, "first"), seconds(ctx, g, "last")),
             ("offload_bw",),
         )
-        return self.time("optimizer", grid, seconds)
+        return self.time("optimizer", grid, slowest)
 
     def state(self, stage: str) -> tuple[cp_model.LinearExpr, list[cp_model.LinearExpr]]:
         """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage ("first"
         or "last"): weights with gradients (a table over the weights' offload code) plus the
         optimizer state (over the optimizer's). Weights are replicated over cp, so the state
-        shards over dp·cp ranks."""
-        knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage")
+        shards over dp·cp ranks (the routed experts over their edp)."""
+        knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", *self.EXPERT_AXES)
         parts = []
         for offloaded, items in (
             ("offload_weights", ("weights", "gradients")),
@@ -471,6 +501,9 @@ class TableBuilder:
                 g["offload_weights"] if offloaded == "offload_weights" else 0,
                 g["offload_optimizer"] if offloaded == "offload_optimizer" else 0,
                 stage,
+                g["ep"],
+                g["expert_tp"],
+                self.expert_dp(g),
             )
             hbm = sum(getattr(state, item) for item in items)
             tiers = [sum(tier[item] for item in items) for tier in state.offloaded]

@@ -179,7 +179,7 @@ class Variables:
     def exponent(self, name: str, prime: int) -> cp_model.LinearExpr:
         """The exponent of ``prime`` in the knob's value (linear in the one-hot)."""
         return sum(
-            _exponent(value, prime) * b
+            prime_exponent(value, prime) * b
             for value, b in zip(self.domains[name], self.onehot[name], strict=True)
         )
 
@@ -268,7 +268,8 @@ class Variables:
         }
 
 
-def _exponent(value: int, prime: int) -> int:
+def prime_exponent(value: int, prime: int) -> int:
+    """The exponent of ``prime`` in ``value``."""
     count = 0
     while value % prime == 0:
         value //= prime

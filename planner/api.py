@@ -36,5 +36,5 @@ def evaluate(
     ctx = CostContext(model_spec, system_spec, job)
     terms = evaluate_terms(ctx, Knobs.from_strategy(strategy))
     return build_estimate(
-        ctx, terms, strategy.gpus, strategy_warnings(system_spec, strategy, ctx.stack, ctx.model)
+        ctx, terms, strategy.gpus, strategy_warnings(system_spec, strategy, ctx.stack)
     )

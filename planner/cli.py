@@ -177,6 +177,12 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
         help="HBM kept for CUDA context, NCCL and allocator (default: the stack's, 2 GiB)",
     )
     parser.add_argument(
+        "--expert-imbalance",
+        type=_number(1, lim.MAX_EXPERT_IMBALANCE, low_open=False),
+        help="mixture of experts: tokens the busiest expert-parallel rank gets over the mean "
+        "(default 1: balanced routing)",
+    )
+    parser.add_argument(
         "--hbm-usable-fraction",
         type=_fraction,
         default=0.95,
@@ -206,6 +212,18 @@ def _add_strategy_args(parser: argparse.ArgumentParser) -> None:
         "--pp", type=_whole(1, lim.MAX_LAYERS), default=1, help="pipeline parallel size"
     )
     parser.add_argument("--dp", type=_gpu_count, help="data parallel size (default: from --gpus)")
+    parser.add_argument(
+        "--ep",
+        type=_whole(1, lim.MAX_EXPERTS),
+        default=1,
+        help="expert parallel size: each MoE block's experts sharded over EP ranks of tp·cp·dp",
+    )
+    parser.add_argument(
+        "--expert-tp",
+        type=_whole(0, lim.MAX_GPUS),
+        default=0,
+        help="expert tensor parallel size: ranks each expert is split over (default 0: = --tp)",
+    )
     parser.add_argument("--micro-batch", type=_whole(1, lim.MAX_GLOBAL_BATCH), default=1)
     parser.add_argument(
         "--interleave",
@@ -460,6 +478,7 @@ def _job(args: argparse.Namespace, stated: dict[str, object] | None = None) -> J
         "train_tokens": args.train_tokens,
         "hbm_reserve_gib": args.hbm_reserve_gib,
         "hbm_usable_fraction": args.hbm_usable_fraction,
+        "expert_imbalance": args.expert_imbalance,
     }
     fields = {**(stated or {}), **{k: v for k, v in fields.items() if v is not None}}
     try:
@@ -491,6 +510,8 @@ def _strategy(args: argparse.Namespace) -> Strategy:
         cp=args.cp,
         pp=args.pp,
         dp=dp,
+        ep=args.ep,
+        expert_tp=args.expert_tp,
         micro_batch=args.micro_batch,
         interleave=args.interleave,
         recompute=args.recompute,

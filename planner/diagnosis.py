@@ -152,6 +152,13 @@ def pin_conflicts(
                 "interleave",
                 f"the interleave must divide the layers per stage; allowed: {_listing(allowed)}",
             )
+    if "ep" in pins and (not model.is_moe or model.experts % pins["ep"] or gpus % pins["ep"]):
+        allowed = [e for e in divisors(model.experts) if gpus % e == 0] if model.is_moe else [1]
+        add(
+            "ep",
+            f"ep must divide the experts ({model.experts}) and the GPUs ({gpus}); allowed: "
+            f"{_listing(allowed)}",
+        )
     pinned = [k for k in ("tp", "cp", "pp", "dp") if k in pins]
     product = math.prod(pins[k] for k in pinned)
     factors = "·".join(pinned)
@@ -407,6 +414,18 @@ class _Session:
                     f"{m.tp_widths} allow tp in "
                     f"{{{_listing(tp_ok)}}}, the sequence {seq_len} cp in {{{_listing(cp_ok)}}}"
                     f" on {self.gpus} GPUs (and interleaving needs micro-batches % pp = 0)"
+                ),
+            )
+        if family == "experts":
+            m = ctx.model
+            return Conflict(
+                family=family,
+                label=label,
+                detail=(
+                    f"ep must divide the {m.experts} experts ({{{_listing(divisors(m.experts))}}}) "
+                    "and ep·expert_tp the ranks of a pipeline stage, tp·cp·dp = GPUs / pp "
+                    f"({self.gpus} / pp); tp > 1 needs sequence parallelism; ep > 1 the "
+                    "tp-cp-dp-pp rank order"
                 ),
             )
         if family == "placement":

@@ -29,6 +29,8 @@ MAX_HEADS = 1 << 16
 MAX_EXPERTS = 1 << 14
 """Experts per mixture-of-experts block; DeepSeek-V3 routes over 256, the largest published
 fine-grained MoE designs over a few thousand."""
+MAX_EXPERT_IMBALANCE = 16.0
+"""Busiest expert-parallel rank's tokens over the mean; past 16 a plan is not a plan."""
 MAX_VOCAB = 1 << 24
 """Vocabulary entries; the largest published vocabularies are ~256k."""
 MAX_CAPACITY_GIB = 65536.0

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.experts import expert_tp_size
 from planner.cost.step import Knobs, evaluate_terms
 from planner.search_space import (
     KNOBS,
@@ -46,6 +47,15 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
     even = k["first_blocks"] == k["last_blocks"]
     ok &= (v == 1) | ((p > 1) & even & (k["first_blocks"] % v == 0) & (n % p == 0))
     ok &= (k["placement"] == 0) | (c == 1)
+    if m.is_moe:
+        e = k["ep"]
+        etp = expert_tp_size(t, k["expert_tp"])
+        ok &= (m.experts % e == 0) & (t % etp == 0) & (m.expert_width % etp == 0)
+        ok &= (t * c * d) % (e * etp) == 0
+        ok &= (t == 1) | (k["sequence_parallel"] == 1)
+        ok &= (e == 1) | (k["placement"] == 0)
+    else:
+        ok &= (k["ep"] == 1) & (k["expert_tp"] == 0)
     r = k["recompute_layers"]
     offloaded = (k["offload_weights"] > 0) | (k["offload_activations"] > 0)
     offloaded |= k["offload_optimizer"] > 0

@@ -283,9 +283,7 @@ def _report(
 
 def _estimate(ctx: CostContext, strategy: Strategy, system: SystemSpec) -> Estimate:
     terms = evaluate_terms(ctx, Knobs.from_strategy(strategy))
-    return build_estimate(
-        ctx, terms, strategy.gpus, strategy_warnings(system, strategy, ctx.stack, ctx.model)
-    )
+    return build_estimate(ctx, terms, strategy.gpus, strategy_warnings(system, strategy, ctx.stack))
 
 
 def _differences(best: Strategy, other: Strategy) -> list[str]:

@@ -22,6 +22,7 @@ BREAKDOWN_LABELS = {
     "recompute": "recompute",
     "tp_comm": "TP communication (exposed)",
     "cp_comm": "CP K/V exchange (exposed)",
+    "ep_comm": "expert all-to-all (exposed)",
     "pp_comm": "PP communication",
     "offload": "offload (exposed)",
     "bubble": "pipeline bubble",
@@ -95,7 +96,7 @@ def stacks_table(stacks: list[StackProfile]) -> Table:
     for column in ("GEMM", "attention", "mem-bound", "layer µs", "overlaps", "grads"):
         table.add_column(column, justify="left" if column in ("attention", "overlaps") else "right")
     for s in stacks:
-        overlaps = [k for k in ("dp", "tp", "pp") if getattr(s, f"{k}_overlap")]
+        overlaps = [k for k in ("dp", "tp", "pp", "ep") if getattr(s, f"{k}_overlap")]
         table.add_row(
             s.name,
             f"{s.gemm_efficiency:.3g}",

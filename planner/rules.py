@@ -69,6 +69,7 @@ def strategy_violations(
             f"placement = tp-pp-dp needs cp = 1 (Megatron's --use-tp-pp-dp-mapping has no CP); "
             f"it has cp = {s.cp}"
         )
+    problems.extend(_expert_violations(model, s))
     seq_len = job.seq_len_for(model)
     if not cp_allowed(s.cp, seq_len):
         problems.append(
@@ -87,6 +88,48 @@ def strategy_violations(
             problems.append(
                 f"{knob}_fraction = {fraction:g} needs {knob} ≥ 1 (the tier that share goes to)"
             )
+    return problems
+
+
+def _expert_violations(model: ModelSpec, s: Strategy) -> list[str]:
+    """Megatron-Core's expert layout (planner/cost/experts.py): ep divides the experts, each
+    expert splits over etp ranks that divide tp and the expert width, ep·etp ranks come out of
+    a stage's tp·cp·dp; MoE with tp > 1 needs sequence parallelism; the expert layout follows
+    the default rank order."""
+    if not model.is_moe:
+        return [
+            f"{name} = {value}: {model.name!r} is a dense model (no experts); allowed: {allowed}"
+            for name, value, allowed in (("ep", s.ep, 1), ("expert_tp", s.expert_tp, "0 (= tp)"))
+            if value != {"ep": 1, "expert_tp": 0}[name]
+        ]
+    problems = []
+    if model.experts % s.ep:
+        problems.append(
+            f"ep = {s.ep} must divide the experts ({model.experts}); allowed: "
+            f"{_allowed(divisors(model.experts))}"
+        )
+    etp = s.expert_tp_size
+    if s.tp % etp or model.expert_width % etp:
+        problems.append(
+            f"expert_tp = {s.expert_tp} must divide tp ({s.tp}) and the expert width "
+            f"({model.expert_width}); allowed: 0 (= tp), "
+            f"{_allowed([v for v in divisors(s.tp) if model.expert_width % v == 0])}"
+        )
+    elif (s.tp * s.cp * s.dp) % (s.ep * etp):
+        problems.append(
+            f"ep·expert_tp = {s.ep}·{etp} must divide the ranks of a pipeline stage, "
+            f"tp·cp·dp = {s.tp * s.cp * s.dp} (Megatron-Core's expert rank grid)"
+        )
+    if s.tp > 1 and not s.sequence_parallel:
+        problems.append(
+            f"tp = {s.tp} on a mixture-of-experts model needs sequence_parallel "
+            "(Megatron-Core requires it of MoE with tensor parallelism)"
+        )
+    if s.ep > 1 and s.placement != "tp-cp-dp-pp":
+        problems.append(
+            f"ep = {s.ep} is modelled with placement tp-cp-dp-pp (Megatron-Core's expert rank "
+            f"order), not {s.placement}"
+        )
     return problems
 
 
@@ -148,21 +191,13 @@ def _partial_recompute_violations(s: Strategy) -> list[str]:
     return problems
 
 
-EXPERTS_REPLICATED = (
-    "experts: expert parallelism is not modelled yet; every data-parallel rank holds all "
-    "experts of its blocks (split over tp), as with ep = 1"
-)
-
-
 def strategy_warnings(
     system: SystemSpec,
     strategy: Strategy,
     stack: StackProfile | None = None,
-    model: ModelSpec | None = None,
 ) -> list[str]:
-    """Legal but unusual choices worth a word, overlaps the stack does not have, and what the
-    cost model leaves out for this model."""
-    warnings = [EXPERTS_REPLICATED] if model is not None and model.is_moe else []
+    """Legal but unusual choices worth a word, and overlaps the stack does not have."""
+    warnings = []
     if stack is not None:
         for knob in ("dp_overlap", "tp_overlap"):
             if getattr(strategy, knob) and not getattr(stack, knob):

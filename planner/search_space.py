@@ -8,9 +8,11 @@ most the layer count; cp splitting the sequence into 2·cp equal chunks, up to `
 micro-batch over the divisors of the global batch (up to ``max_micro_batch``), the interleave
 over the divisors of the layer count (up to ``max_interleave``), offload knobs over the
 system's offload tiers and the eighths of a tensor class in each (specs.offload_code). A few
-knobs have no effect in some corners (sequence parallelism and TP overlap with tp = 1; ZeRO and
-DP overlap with dp = 1); the space keeps one canonical value there, so that distinct strategies
-differ in something that matters.
+knobs have no effect in some corners (sequence parallelism, TP overlap and expert TP with
+tp = 1; ZeRO and DP overlap with dp = 1); the space keeps one canonical value there, so that
+distinct strategies differ in something that matters. For a mixture-of-experts model ep ranges
+over the divisors of the experts and expert TP over tp (its code 0) and 1: the two layouts
+Megatron-Core recipes use (evaluate takes any divisor of tp).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ KNOBS = (
     "cp",
     "pp",
     "layout",
+    "ep",
+    "expert_tp",
     "micro_batch",
     "interleave",
     "recompute",
@@ -75,6 +79,8 @@ PIN_LIMITS = {
     "cp": lim.MAX_GPUS,
     "pp": lim.MAX_LAYERS,
     "dp": lim.MAX_GPUS,
+    "ep": lim.MAX_EXPERTS,
+    "expert_tp": lim.MAX_GPUS,
     "micro_batch": lim.MAX_GLOBAL_BATCH,
     "interleave": lim.MAX_LAYERS,
     "recompute_layers": lim.MAX_LAYERS,
@@ -187,7 +193,8 @@ def parse_pin(text: str) -> tuple[str, int]:
         number = int(value)
     except ValueError:
         raise InputError(f"--pin {text!r}: {name} takes a whole number") from None
-    low = 0 if name in ("zero_stage", "recompute_layers") or name.startswith("offload") else 1
+    zero_allowed = ("zero_stage", "recompute_layers", "expert_tp")
+    low = 0 if name in zero_allowed or name.startswith("offload") else 1
     if not low <= number <= PIN_LIMITS[name]:
         raise InputError(f"--pin {text!r}: {name} is allowed in {low}..{PIN_LIMITS[name]}")
     return name, number
@@ -278,6 +285,8 @@ def build_search_space(
         "cp": cp_values,
         "pp": pp_values,
         "dp": dp_values,
+        "ep": _expert_parallel_values(model, gpus, limit),
+        "expert_tp": (0, 1) if model.is_moe and max(tp_values, default=1) > 1 else (0,),
         "micro_batch": tuple(b for b in divisors(job.global_batch) if b <= max_micro_batch),
         "interleave": tuple(
             v for v in divisors(model.layers) if v < model.layers and v <= (max_interleave or v)
@@ -323,6 +332,16 @@ def build_search_space(
         pins=pins,
         max_gpus=limit,
         gpu_multiple=gpu_multiple,
+    )
+
+
+def _expert_parallel_values(model: ModelSpec, gpus: int | None, limit: int) -> tuple[int, ...]:
+    """ep's domain: the divisors of the experts that fit in the GPU count (1 for a dense
+    model)."""
+    if not model.is_moe:
+        return (1,)
+    return tuple(
+        e for e in divisors(model.experts) if e <= limit and (gpus is None or gpus % e == 0)
     )
 
 
@@ -438,9 +457,10 @@ def canonical_mask(
     domains: dict[str, tuple[int, ...]],
 ) -> np.ndarray:
     """True where no knob that has no effect departs from its canonical value (unpinned ones
-    only): sequence_parallel and tp_overlap are off when tp = 1; zero_stage is 0 and dp_overlap
-    its largest value (on, where the stack can overlap) when dp = 1; the placement is the
-    default rank order unless both dp and pp exceed 1 (otherwise the orders coincide)."""
+    only): sequence_parallel and tp_overlap are off and expert_tp is 0 (= tp) when tp = 1;
+    zero_stage is 0 and dp_overlap its largest value (on, where the stack can overlap) when
+    dp = 1; the placement is the default rank order unless both dp and pp exceed 1 (otherwise
+    the orders coincide)."""
     keep = np.ones(np.broadcast(tp, dp).shape, dtype=bool)
     if "sequence_parallel" not in pins:
         keep &= (tp > 1) | (k["sequence_parallel"] == 0)
@@ -452,6 +472,8 @@ def canonical_mask(
         keep &= (dp > 1) | (k["dp_overlap"] == max(domains["dp_overlap"]))
     if "placement" not in pins:
         keep &= ((dp > 1) & (k["pp"] > 1)) | (k["placement"] == 0)
+    if "expert_tp" not in pins:
+        keep &= (tp > 1) | (k["expert_tp"] == 0)
     return keep
 
 
@@ -472,6 +494,8 @@ def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy
         cp=values["cp"],
         pp=values["pp"],
         dp=values["dp"],
+        ep=values.get("ep", 1),
+        expert_tp=values.get("expert_tp", 0),
         micro_batch=values["micro_batch"],
         interleave=values["interleave"],
         recompute="full" if partial else names[values["recompute"]],

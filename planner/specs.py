@@ -99,6 +99,12 @@ class ModelSpec(Spec):
     shared_experts: int = Field(default=0, ge=0, le=lim.MAX_EXPERTS)
     expert_ffn_hidden: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)  # 0: ffn_hidden
     dense_layers: int = Field(default=0, ge=0, le=lim.MAX_LAYERS)
+    expert_groups: int = Field(default=0, ge=0, le=lim.MAX_EXPERTS)
+    """Group-limited routing: the experts form this many groups (0: no limit)..."""
+    expert_groups_per_token: int = Field(default=0, ge=0, le=lim.MAX_EXPERTS)
+    """... and each token's experts come from at most this many of them (DeepSeek-V3's
+    node-limited routing; Megatron-Core's ``--moe-router-num-groups`` and
+    ``--moe-router-group-topk``)."""
     kv_lora_rank: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)  # > 0: latent attention
     q_lora_rank: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)
     rope_head_dim: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)
@@ -145,7 +151,14 @@ class ModelSpec(Spec):
     @model_validator(mode="after")
     def _check_experts(self) -> ModelSpec:
         if not self.experts:
-            moe_only = ("experts_per_token", "shared_experts", "expert_ffn_hidden", "dense_layers")
+            moe_only = (
+                "experts_per_token",
+                "shared_experts",
+                "expert_ffn_hidden",
+                "dense_layers",
+                "expert_groups",
+                "expert_groups_per_token",
+            )
             given = [name for name in moe_only if getattr(self, name)]
             if given:
                 raise ValueError(f"{', '.join(given)}: mixture-of-experts fields need experts > 0")
@@ -153,6 +166,14 @@ class ModelSpec(Spec):
         if not 1 <= self.experts_per_token <= self.experts:
             raise ValueError(
                 f"experts_per_token={self.experts_per_token}: allowed 1..experts ({self.experts})"
+            )
+        groups, chosen = self.expert_groups, self.expert_groups_per_token
+        if (groups or chosen) and not (
+            groups and self.experts % groups == 0 and 1 <= chosen <= groups
+        ):
+            raise ValueError(
+                f"expert_groups={groups}, expert_groups_per_token={chosen}: the groups must "
+                f"divide the experts ({self.experts}) and 1 ≤ groups per token ≤ groups"
             )
         if self.dense_layers >= self.layers:
             raise ValueError(
@@ -301,6 +322,12 @@ class ModelSpec(Spec):
         MoE block's routed experts (= params for a dense model). Embeddings included, as
         Mixtral's 12.9B counts them (DeepSeek-V3's 37B leaves out the input embedding)."""
         return self._total(self._blocks_params(self.experts_per_token))
+
+    @property
+    def routed_expert_params(self) -> float:
+        """The routed experts' parameters of one block, averaged over the blocks: what expert
+        parallelism shards (shared experts and the router stay with the dense part)."""
+        return self.moe_share * self.experts * self.ffn_matrices * self.hidden * self.expert_width
 
 
 class MatmulEfficiencyPoint(Spec):
@@ -466,6 +493,13 @@ class StackProfile(Spec):
     pp_overlap: bool = False
     """Pipeline point-to-point sends and receives run asynchronously under compute (with the
     interleaved schedule)."""
+    ep_overlap: bool = False
+    """The expert-parallel token dispatch and combine (all-to-all) run under another
+    micro-batch's compute (DeepSeek's DualPipe; Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm``)."""
+    fp8_dispatch: bool = False
+    """Under fp8 training the tokens are dispatched to their experts in fp8 (1 byte per value;
+    the combine stays 16-bit): DeepSeek-V3 §3.3.2."""
     grad_dtype: GradDtype = "fp32"
     """Precision of the gradient buffers gradients accumulate and are reduced in."""
     optimizer_bytes_per_param: int = Field(default=12, ge=0, le=64)
@@ -507,6 +541,10 @@ class JobSpec(Spec):
     train_tokens: float | None = Field(default=None, gt=0, le=lim.MAX_TRAIN_TOKENS)
     hbm_reserve_gib: float | None = Field(default=None, ge=0, le=lim.MAX_CAPACITY_GIB)
     hbm_usable_fraction: float = Field(default=0.95, gt=0, le=1)
+    expert_imbalance: float = Field(default=1.0, ge=1, le=lim.MAX_EXPERT_IMBALANCE)
+    """Mixture-of-experts load imbalance: tokens the busiest expert-parallel rank receives over
+    the mean (1: perfectly balanced routing). It scales the routed experts' compute and the
+    token all-to-all of every plan with ep > 1; a stated factor, not a prediction."""
 
     def seq_len_for(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len
@@ -523,6 +561,12 @@ class Strategy(Spec):
     """Context parallelism: each sequence split over cp ranks (Megatron-Core CP)."""
     pp: int = Field(default=1, gt=0, le=lim.MAX_LAYERS)
     dp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    ep: int = Field(default=1, gt=0, le=lim.MAX_EXPERTS)
+    """Expert parallelism: each MoE block's routed experts sharded over ep ranks taken from
+    the tp·cp·dp ranks of a pipeline stage (Megatron-Core's ``--expert-model-parallel-size``)."""
+    expert_tp: int = Field(default=0, ge=0, le=lim.MAX_GPUS)
+    """Expert tensor parallelism: each expert split over this many ranks (0: tp, Megatron-Core's
+    default; ``--expert-tensor-parallel-size``)."""
     micro_batch: int = Field(default=1, gt=0, le=lim.MAX_GLOBAL_BATCH)
     interleave: int = Field(default=1, gt=0, le=lim.MAX_LAYERS)
     recompute: Recompute = "none"
@@ -590,6 +634,11 @@ class Strategy(Spec):
     def gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
 
+    @property
+    def expert_tp_size(self) -> int:
+        """Ranks each expert is split over (expert_tp, or tp when 0)."""
+        return self.expert_tp or self.tp
+
     def product_text(self) -> str:
         """The GPU count as its factors, e.g. ``tp·pp·dp = 8·16·8 = 1024`` (cp when > 1)."""
         names, values = ["tp", "pp", "dp"], [self.tp, self.pp, self.dp]
@@ -612,6 +661,10 @@ class Strategy(Spec):
         if self.recompute_layers is not None:
             recompute += f"({self.recompute_layers}/stage)"
         parts.append(recompute + ("+SP" if self.sequence_parallel else ""))
+        if self.ep > 1:
+            parts.append(f"ep={self.ep}")
+        if self.expert_tp and self.expert_tp != self.tp:
+            parts.append(f"etp={self.expert_tp}")
         if self.zero_stage:
             parts.append(f"ZeRO-{self.zero_stage}")
         offloaded = [

@@ -61,6 +61,8 @@ def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
         "cp": 1,
         "pp": 16,
         "dp": 8,
+        "ep": 1,
+        "expert_tp": 0,
         "micro_batch": 1,
         "interleave": 2,
         "recompute": "selective",

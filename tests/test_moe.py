@@ -1,5 +1,6 @@
-"""Mixture-of-experts and latent-attention models (issue 13, first part): shapes, parameter and
-FLOP counts against the published totals, memory that holds every expert, and the CLI paths."""
+"""Mixture-of-experts and latent-attention models (issue 13): shapes, parameter and FLOP counts
+against the published totals, expert parallelism in the cost model (memory, all-to-all, load
+imbalance), its rules, the solver against the oracle on small MoE spaces, and the CLI paths."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import hardware_catalog
 from planner.cli import main
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.flops import block_forward_flops, block_gemms
-from planner.specs import JobSpec, ModelSpec
+from planner.cost.step import Knobs, evaluate_terms
+from planner.rules import strategy_violations
+from planner.specs import JobSpec, ModelSpec, Strategy
+from tests.conftest import simple_system
+from tests.test_planner import REL, oracle, solve
 
 
 @pytest.mark.parametrize(
@@ -74,14 +81,30 @@ def test_flops_per_token_are_twice_the_active_block_parameters() -> None:
     assert gemms.attention_core == pytest.approx(2 * model.seq_len**2 * 128 * (192 + 128))
 
 
-def test_memory_holds_every_expert(capsys: pytest.CaptureFixture[str]) -> None:
+def _weights_gib(capsys: pytest.CaptureFixture[str], *flags: str) -> float:
     argv = ["evaluate", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
-    argv += ["--global-batch", "64", "--tp", "8", "--pp", "8", "--micro-batch", "1", "--json"]
-    assert main(argv) == 0
-    weights_gib = json.loads(capsys.readouterr().out)["estimate"]["memory_gib"]["hbm"]["weights"]
+    argv += ["--global-batch", "64", "--pp", "8", "--micro-batch", "1", "--json", *flags]
+    assert main(argv) in (0, 3)  # weights are reported whether the plan fits (0) or not (3)
+    return json.loads(capsys.readouterr().out)["estimate"]["memory_gib"]["hbm"]["weights"]
+
+
+def test_memory_holds_every_expert_without_expert_parallelism(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    weights_gib = _weights_gib(capsys, "--tp", "8", "--sequence-parallel")
     model = hardware_catalog.load_model("mixtral-8x7b")
     blocks = model.block_params * model.layers / 64 * 2 / BYTES_PER_GIB
     assert blocks < weights_gib < blocks * 1.1  # the first stage adds its embedding
+
+
+def test_expert_parallelism_shards_the_routed_experts(capsys: pytest.CaptureFixture[str]) -> None:
+    """tp 1, pp 8, dp 8: ep 8 holds one of the 8 experts per rank; the rest (attention, router,
+    embedding) stays whole."""
+    model = hardware_catalog.load_model("mixtral-8x7b")
+    whole = _weights_gib(capsys)
+    sharded = _weights_gib(capsys, "--ep", "8")
+    routed_gib = model.routed_expert_params * model.layers / 8 * 2 / BYTES_PER_GIB
+    assert whole - sharded == pytest.approx(routed_gib * 7 / 8, rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -109,9 +132,11 @@ def test_plan_an_moe_model(capsys: pytest.CaptureFixture[str], as_json: bool) ->
     if as_json:
         payload = json.loads(out)
         assert payload["status"] == "optimal"
-        assert any("expert parallelism" in w for w in payload["estimate"]["warnings"])
+        strategy = payload["strategy"]
+        assert 8 % strategy["ep"] == 0 and strategy["expert_tp"] in (0, 1)
+        assert "ep_comm" in payload["estimate"]["breakdown_s"]
     else:
-        assert "proven optimal" in out and "expert parallelism" in out
+        assert "proven optimal" in out and "expert all-to-all" in out
 
 
 def test_tp_must_split_the_expert_width(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,3 +179,162 @@ def test_the_catalog_gives_the_active_parameters(
     else:
         assert main(["catalog", "show", "deepseek-v3"]) == 0
         assert "active per token: 37.6B" in capsys.readouterr().out
+
+
+def _moe_strategy(**fields: object) -> Strategy:
+    return Strategy(**{"tp": 1, "pp": 1, "dp": 8, **fields})
+
+
+def _mixtral_terms(job: JobSpec | None = None, system: str = "dgx-h100", **fields: object):
+    model = hardware_catalog.load_model("mixtral-8x7b")
+    ctx = CostContext(
+        model, hardware_catalog.load_system(system), job or JobSpec(global_batch=64, seq_len=2048)
+    )
+    return evaluate_terms(ctx, Knobs.from_strategy(_moe_strategy(**fields)))
+
+
+@pytest.mark.parametrize("fields", [{}, {"zero_stage": 1}, {"zero_stage": 3}, {"tp": 2}])
+def test_memory_does_not_grow_with_expert_parallelism(fields: dict[str, object]) -> None:
+    fields = {**fields, "sequence_parallel": fields.get("tp", 1) > 1}
+    if fields.get("tp", 1) > 1:
+        fields["dp"] = 4
+    hbm = [float(_mixtral_terms(ep=ep, **fields).hbm_bytes) for ep in (1, 2, 4, 8)]
+    assert all(later <= earlier for earlier, later in zip(hbm, hbm[1:], strict=False))
+    assert hbm[-1] < hbm[0]
+
+
+def test_the_all_to_all_is_the_formula_and_absent_without_expert_parallelism() -> None:
+    """tp 1, ep 8 inside one NVLink domain: per MoE block per micro-batch, dispatch and combine
+    in the forward and the backward, each (ep − 1)/ep of k·b·s·h·2 bytes at the tier's rate,
+    plus (ep − 1) latencies."""
+    model = hardware_catalog.load_model("mixtral-8x7b")
+    system = hardware_catalog.load_system("dgx-h100")
+    nvlink = system.network_tiers[0]
+    terms = _mixtral_terms(ep=8)
+    routed = 2 * 2 * 2048 * model.hidden  # k = 2 copies of b·s tokens, 2 bytes each
+    one = 7 / 8 * routed / (nvlink.bandwidth_gbps * 1e9 * nvlink.efficiency)
+    one += 7 * nvlink.latency_us * 1e-6
+    micro_batches = 64 / 8
+    expected = micro_batches * model.layers * 2 * 2 * one
+    assert float(terms.ep_comm_s) == pytest.approx(expected, rel=1e-9)
+    assert float(_mixtral_terms(ep=1).ep_comm_s) == 0.0
+
+
+def test_load_imbalance_slows_expert_parallel_plans_only() -> None:
+    balanced = JobSpec(global_batch=64, seq_len=2048)
+    skewed = JobSpec(global_batch=64, seq_len=2048, expert_imbalance=1.5)
+    for ep, slower in ((1, False), (8, True)):
+        base = float(_mixtral_terms(balanced, ep=ep).step_time_s)
+        more = float(_mixtral_terms(skewed, ep=ep).step_time_s)
+        assert (more > base * 1.05) if slower else (more == base)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"ep": 3}, "ep = 3 must divide the experts (8)"),
+        ({"ep": 8, "dp": 4, "pp": 2}, "ep·expert_tp = 8·1 must divide"),
+        ({"tp": 2, "dp": 4, "sequence_parallel": False}, "needs sequence_parallel"),
+        ({"tp": 2, "dp": 4, "sequence_parallel": True, "expert_tp": 3}, "expert_tp = 3"),
+        ({"ep": 2, "pp": 2, "dp": 4, "placement": "tp-pp-dp"}, "placement tp-cp-dp-pp"),
+    ],
+)
+def test_expert_layout_rules(fields: dict[str, object], message: str) -> None:
+    model = hardware_catalog.load_model("mixtral-8x7b")
+    system = hardware_catalog.load_system("dgx-h100")
+    problems = strategy_violations(model, system, JobSpec(global_batch=64), _moe_strategy(**fields))
+    assert any(message in p for p in problems), problems
+
+
+def test_a_dense_model_refuses_expert_parallelism(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["evaluate", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"]
+    assert main([*argv, "--global-batch", "64", "--ep", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "ep = 2" in err and "dense model" in err and len(err.strip().splitlines()) == 1
+
+
+@st.composite
+def moe_problems(draw):
+    experts = draw(st.sampled_from([4, 8]))
+    heads = draw(st.sampled_from([4, 8]))
+    model = ModelSpec(
+        name="small-moe",
+        hidden=heads * 64,
+        layers=draw(st.sampled_from([2, 4, 6])),
+        heads=heads,
+        ffn_hidden=4 * heads * 64,
+        ffn_kind="swiglu",
+        vocab=1000,
+        seq_len=512,
+        experts=experts,
+        experts_per_token=draw(st.sampled_from([1, 2])),
+        shared_experts=draw(st.sampled_from([0, 1])),
+        expert_ffn_hidden=draw(st.sampled_from([256, 1024])),
+        dense_layers=draw(st.sampled_from([0, 1])),
+    )
+    gpus = draw(st.sampled_from([4, 8, 16]))
+    system = simple_system(
+        memory_tiers=[
+            dict(
+                name="HBM", capacity_gib=draw(st.sampled_from([0.1, 0.3, 16])), bandwidth_gbps=2000
+            )
+        ],
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=draw(st.sampled_from([2, 4])), bandwidth_gbps=300),
+            dict(name="ib", bandwidth_gbps=draw(st.sampled_from([5, 25])), latency_us=5),
+        ],
+    )
+    job = JobSpec(
+        global_batch=gpus * draw(st.sampled_from([1, 4])),
+        hbm_reserve_gib=0.01,
+        expert_imbalance=draw(st.sampled_from([1.0, 1.3])),
+    )
+    return model, system, job, gpus
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moe_problems())
+def test_solver_optimum_equals_oracle_optimum_on_moe_spaces(problem) -> None:
+    """Every knob with ep and expert TP: the proven optimum is the brute-force one."""
+    model, system, job, gpus = problem
+    expected = oracle(model, system, job, gpus)
+    result = solve(model, system, job, gpus)
+    if not expected:
+        assert result.status == "infeasible"
+        return
+    assert result.status == "optimal"
+    assert result.estimate is not None and result.estimate.fits
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+    assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_pin_that_breaks_the_expert_layout_is_diagnosed(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
+    argv += ["--global-batch", "512", "--pin", "ep=8", "--pin", "dp=4", "--pin", "tp=1"]
+    argv += ["--pin", "cp=1"]
+    assert main([*argv, *(["--json"] if as_json else [])]) == 3
+    out = capsys.readouterr().out
+    if as_json:
+        conflicts = json.loads(out)["diagnosis"]["conflicts"]
+        experts = next(c for c in conflicts if c["family"] == "experts")
+        assert "8 experts" in experts["detail"]
+    else:
+        assert "ep·expert_tp | tp·cp·dp" in out and "8 experts" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_pin_of_ep_that_no_strategy_can_take_names_the_allowed_values(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
+    argv += ["--global-batch", "512", "--pin", "ep=3", *(["--json"] if as_json else [])]
+    assert main(argv) == 3
+    out = capsys.readouterr().out
+    if as_json:
+        conflicts = json.loads(out)["diagnosis"]["conflicts"]
+        assert any(c["family"] == "pin:ep" and "1, 2, 4, 8" in c["detail"] for c in conflicts)
+    else:
+        assert "allowed: 1, 2, 4, 8" in out

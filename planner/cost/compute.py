@@ -31,6 +31,7 @@ import numpy as np
 
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.efficiency import attention_kernel_efficiency, matmul_time_s
+from planner.cost.experts import imbalance
 from planner.cost.flops import ArrayLike, block_gemms, logits_forward_flops
 
 FLASH_BACKWARD_FLOPS = 2.5
@@ -43,7 +44,7 @@ CAUSAL_FLOPS = 0.5
 @dataclass(frozen=True)
 class BlockTimes:
     """Seconds per block per micro-batch on one rank. Depends on (tp, cp, micro_batch,
-    recompute, sequence_parallel)."""
+    recompute, sequence_parallel, ep)."""
 
     forward_s: np.ndarray
     backward_s: np.ndarray
@@ -105,15 +106,20 @@ def block_times(
     recompute: ArrayLike,
     sp: ArrayLike,
     cp: ArrayLike = 1,
+    ep: ArrayLike = 1,
 ) -> BlockTimes:
-    """Forward, backward and recompute time of one block per micro-batch on one rank."""
+    """Forward, backward and recompute time of one block per micro-batch on one rank; the
+    busiest expert-parallel rank runs ``expert_imbalance`` × the mean routed-expert GEMMs."""
     accel, peak, stack = ctx.system.accelerator, ctx.peak_flops, ctx.stack
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
-    gemms = block_gemms(ctx, tp, local_mb)
+    gemms = block_gemms(ctx, tp, local_mb, ep)
+    busiest = imbalance(ctx, ep)
     gemm_s = (
         sum(
-            count * matmul_time_s(accel, peak, flops)
-            for count, flops in zip(gemms.counts, gemms.projections, strict=True)
+            count * (busiest if routed else 1.0) * matmul_time_s(accel, peak, flops)
+            for count, flops, routed in zip(
+                gemms.counts, gemms.projections, gemms.routed, strict=True
+            )
         )
         / stack.gemm_efficiency
     )

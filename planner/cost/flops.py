@@ -40,6 +40,8 @@ class BlockGemms:
     """How many GEMMs of each kind an average block runs (1 for a dense block's; an MoE
     block's routed experts are E GEMMs per matrix of b·s·k/E tokens each; averaged over the
     blocks by their share of dense and MoE blocks)."""
+    routed: tuple[bool, ...]
+    """Which kinds are routed experts (the busiest expert-parallel rank runs more of them)."""
     attention_core: np.ndarray
     """Scores and attention · V (batched over heads), together."""
 
@@ -55,14 +57,16 @@ def kv_heads_per_rank(ctx: CostContext, tp: ArrayLike) -> np.ndarray:
     return np.maximum(ctx.model.kv_heads, np.asarray(tp)) / np.asarray(tp)
 
 
-def block_gemms(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> BlockGemms:
-    """Per-rank forward GEMM FLOPs of one (average) block. Depends on (tp, micro_batch).
+def block_gemms(ctx: CostContext, tp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1) -> BlockGemms:
+    """Per-rank forward GEMM FLOPs of one (average) block. Depends on (tp, micro_batch, ep).
 
     Latent attention runs its five projections (ModelSpec.latent_projections), each split over
     t (Megatron-Core splits the up-projections by head; its down-projections are small). An MoE
-    block runs each token through ``experts_per_token`` routed experts and the shared ones, with
-    the experts split over t (expert tensor parallelism = tp) and every expert on every rank;
-    the router is a replicated h × E GEMM."""
+    block runs each token through ``experts_per_token`` routed experts and the shared ones; the
+    router is an h × E GEMM. A rank does 1/t of the routed expert work whatever the expert
+    layout (planner/cost/experts.py): E/ep GEMMs per matrix, each over the tokens that ep ranks
+    route to one expert, b·s·k·ep/E, at 1/t of its width (ep = 1: every expert on every rank,
+    split over t)."""
     m, s = ctx.model, ctx.seq_len
     t = np.asarray(tp, dtype=float)
     tokens = np.asarray(mb, dtype=float) * s
@@ -78,17 +82,20 @@ def block_gemms(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> BlockGemms:
         dense = 2 * tokens * m.hidden * m.ffn_hidden / t
         gemms += [(dense, 1 - moe_share)] * m.ffn_matrices
     if moe_share > 0:
-        expert_tokens = tokens * m.experts_per_token / m.experts
+        shards = np.asarray(ep, dtype=float)
+        expert_tokens = tokens * m.experts_per_token * shards / m.experts
         expert = 2 * expert_tokens * m.hidden * m.expert_width / t
-        gemms += [(expert, moe_share * m.experts)] * m.ffn_matrices
+        gemms += [(expert, moe_share * m.experts / shards)] * m.ffn_matrices
         if m.shared_experts:
             shared = 2 * tokens * m.hidden * m.shared_experts * m.expert_width / t
             gemms += [(shared, moe_share)] * m.ffn_matrices
         gemms += [(2 * tokens * m.hidden * m.experts, moe_share)]
     core = 2 * tokens * s * m.heads * (m.qk_head_dim + m.value_head_dim) / t
+    routed = len(attention) + (m.ffn_matrices if moe_share < 1 else 0)
     return BlockGemms(
         projections=tuple(flops for flops, _ in gemms),
         counts=tuple(count for _, count in gemms),
+        routed=tuple(routed <= i < routed + m.ffn_matrices for i in range(len(gemms))),
         attention_core=core,
     )
 

@@ -23,7 +23,10 @@ term above with b/cp in place of b.
 Model state follows the stack's conventions: its gradient dtype, optimizer bytes per parameter
 and HBM reserve, and with offloading the blocks it keeps resident (``offload_resident_blocks``).
 Weights are replicated over the cp ranks, so ZeRO and the distributed optimizer shard over the
-dp·cp ranks that hold the same weights (Megatron-Core's data-parallel-with-CP group).
+dp·cp ranks that hold the same weights (Megatron-Core's data-parallel-with-CP group); routed
+experts are split over ep·etp ranks and shard over the edp = t·cp·dp/(ep·etp) ranks that hold
+the same experts (planner/cost/experts.py). Activations do not depend on the expert layout: a
+rank holds 1/t of the routed token copies whatever it is (balanced routing).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.context import ACTIVATION_BYTES, CostContext
+from planner.cost.experts import expert_dp_size, expert_tp_size
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
 from planner.cost.offload import offloaded_share
 from planner.specs import RECOMPUTE_CODES
@@ -91,22 +95,38 @@ class StageParams:
 
     blocks: np.ndarray
     block: np.ndarray
-    """One block's parameters on one TP rank."""
+    """One block's parameters on one rank."""
     extra: np.ndarray
     """Input embedding and/or LM head on this rank (vocab-parallel over t)."""
+    experts: np.ndarray
+    """The routed experts among ``blocks`` (sharded and reduced over the expert layout)."""
+    expert_block: np.ndarray
+    """The routed experts among ``block``."""
 
     @property
     def total(self) -> np.ndarray:
         return self.blocks + self.extra
 
 
-def block_params_per_rank(ctx: CostContext, tp: ArrayLike) -> np.ndarray:
-    """One block's parameters on one TP rank (KV projections replicated when t > k)."""
+def block_params_per_rank(
+    ctx: CostContext, tp: ArrayLike, ep: ArrayLike = 1, expert_tp: ArrayLike = 0
+) -> np.ndarray:
+    """One block's parameters on one rank: 1/t of its dense part (KV projections replicated
+    when t > k) and 1/(ep·etp) of its routed experts (planner/cost/experts.py)."""
     m = ctx.model
     t = np.asarray(tp, dtype=float)
     kv_cols = 2 * m.head_dim * m.kv_heads
     replicated_kv = 2 * m.head_dim * kv_heads_per_rank(ctx, tp) * t - kv_cols
-    return (m.block_params + m.hidden * replicated_kv) / t
+    dense = (m.block_params - m.routed_expert_params + m.hidden * replicated_kv) / t
+    return dense + routed_params_per_rank(ctx, tp, ep, expert_tp)
+
+
+def routed_params_per_rank(
+    ctx: CostContext, tp: ArrayLike, ep: ArrayLike = 1, expert_tp: ArrayLike = 0
+) -> np.ndarray:
+    """One (average) block's routed-expert parameters on one rank: E/ep experts at 1/etp."""
+    shards = np.asarray(ep, dtype=float) * expert_tp_size(tp, expert_tp)
+    return ctx.model.routed_expert_params / shards
 
 
 STAGES = ("first", "middle", "last")
@@ -115,7 +135,13 @@ stages between them, so the three kinds cover every stage."""
 
 
 def stage_params(
-    ctx: CostContext, tp: ArrayLike, pp: ArrayLike, blocks: ArrayLike, stage: str
+    ctx: CostContext,
+    tp: ArrayLike,
+    pp: ArrayLike,
+    blocks: ArrayLike,
+    stage: str,
+    ep: ArrayLike = 1,
+    expert_tp: ArrayLike = 0,
 ) -> StageParams:
     """Parameters per rank on a ``stage`` ("first", "middle" or "last") of ``blocks`` blocks.
 
@@ -125,12 +151,20 @@ def stage_params(
     m = ctx.model
     t = np.asarray(tp, dtype=float)
     p = np.asarray(pp, dtype=float)
-    block = block_params_per_rank(ctx, tp)
+    block = block_params_per_rank(ctx, tp, ep, expert_tp)
+    expert_block = routed_params_per_rank(ctx, tp, ep, expert_tp)
     matrix = m.vocab * m.hidden / t
     single_stage = matrix * (1 if m.tied_embeddings else 2)
     own = {"first": matrix, "middle": 0.0 * matrix, "last": matrix + 2 * m.hidden}[stage]
     extra = np.where(p == 1, single_stage + (2 * m.hidden if stage == "last" else 0), own)
-    return StageParams(blocks=block * np.asarray(blocks, dtype=float), block=block, extra=extra)
+    count = np.asarray(blocks, dtype=float)
+    return StageParams(
+        blocks=block * count,
+        block=block,
+        extra=extra,
+        experts=expert_block * count,
+        expert_block=expert_block,
+    )
 
 
 @dataclass(frozen=True)
@@ -195,45 +229,58 @@ def model_state(
     offload_weights: ArrayLike,
     offload_optimizer: ArrayLike,
     stage: str,
+    ep: ArrayLike = 1,
+    expert_tp: ArrayLike = 0,
+    expert_dp: ArrayLike | None = None,
 ) -> ModelState:
     """Model state of a ``stage`` of ``blocks`` blocks.
 
     Per rank: weights e·P, gradients g·P, optimizer o·P (the stack's bytes per parameter, 12
-    for fp32 master weights and two moments); ZeRO-1 divides the optimizer by d, ZeRO-2 also
-    the gradients, ZeRO-3 also the weights (plus the gathered blocks); ``dp`` is the number of
-    ranks that shard them (dp·cp under context parallelism). Offloading a share q of the
-    weights (with their gradients) moves q of the blocks' shards to the offload tier and keeps
-    q of the stack's resident blocks in HBM beside the other 1 − q: HBM e·((1 − q)·(blocks·shard
-    + gathered) + q·resident + extra·shard); the embedding and LM head stay in HBM. Offloading a
-    share of the optimizer state moves that share."""
+    for fp32 master weights and two Adam moments); ZeRO-1 divides the optimizer by d, ZeRO-2
+    also the gradients, ZeRO-3 also the weights (plus the gathered blocks); ``dp`` is the number
+    of ranks that shard the dense parameters (dp·cp under context parallelism), ``expert_dp``
+    the number that shard the routed experts (edp, planner/cost/experts.py; default ``dp``).
+    Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
+    the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
+    HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
+    head stay in HBM. Offloading a share of the optimizer state moves that share."""
     e, g = ACTIVATION_BYTES, ctx.grad_bytes
-    d = np.asarray(dp, dtype=float)
     zero = np.asarray(zero_stage)
-    params = stage_params(ctx, tp, pp, blocks, stage)
+    d = np.asarray(dp, dtype=float)
+    d_experts = d if expert_dp is None else np.asarray(expert_dp, dtype=float)
+    params = stage_params(ctx, tp, pp, blocks, stage, ep, expert_tp)
     blocks_per_stage = np.asarray(blocks, dtype=float)
 
-    weight_shard = np.where((zero >= 3) & (d > 1), 1 / d, 1.0)
-    grad_shard = np.where(zero >= 2, 1 / d, 1.0)
-    optim_shard = np.where(zero >= 1, 1 / d, 1.0)
-    gathered = (
-        np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * params.block * (1 - weight_shard)
+    def sharded(dense: np.ndarray, experts: np.ndarray, level: int) -> np.ndarray:
+        """dense + experts parameters per rank, each divided by its sharding group where the
+        ZeRO stage reaches ``level`` (ZeRO-3 with one rank keeps the weights whole)."""
+        dense_shard = np.where((zero >= level) & (d > 1), 1 / d, 1.0)
+        expert_shard = np.where((zero >= level) & (d_experts > 1), 1 / d_experts, 1.0)
+        return dense * dense_shard + experts * expert_shard
+
+    dense_blocks = params.blocks - params.experts
+    block_weights = sharded(dense_blocks, params.experts, 3)
+    block_grads = sharded(dense_blocks, params.experts, 2)
+    extra_weights = sharded(params.extra, 0.0, 3)
+    extra_grads = sharded(params.extra, 0.0, 2)
+    whole_block = params.block - params.expert_block
+    gathered = np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * (
+        params.block - sharded(whole_block, params.expert_block, 3)
     )
     working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
-    optimizer_bytes = ctx.optimizer_bytes_per_param * params.total * optim_shard
+    optimizer_bytes = ctx.optimizer_bytes_per_param * sharded(
+        dense_blocks + params.extra, params.experts, 1
+    )
 
     q_w = offloaded_share(offload_weights)
     q_o = offloaded_share(offload_optimizer)
     kept = 1 - q_w
-    weights = e * (
-        kept * (params.blocks * weight_shard + gathered)
-        + q_w * working
-        + params.extra * weight_shard
-    )
-    gradients = g * (kept * params.blocks * grad_shard + q_w * working + params.extra * grad_shard)
+    weights = e * (kept * (block_weights + gathered) + q_w * working + extra_weights)
+    gradients = g * (kept * block_grads + q_w * working + extra_grads)
     offloaded = tuple(
         {
-            "weights": offloaded_share(offload_weights, tier) * e * params.blocks * weight_shard,
-            "gradients": offloaded_share(offload_weights, tier) * g * params.blocks * grad_shard,
+            "weights": offloaded_share(offload_weights, tier) * e * block_weights,
+            "gradients": offloaded_share(offload_weights, tier) * g * block_grads,
             "optimizer": offloaded_share(offload_optimizer, tier) * optimizer_bytes,
         }
         for tier in range(1, len(ctx.system.memory_tiers))
@@ -287,6 +334,9 @@ def stage_memory(
         k["offload_weights"],
         k["offload_optimizer"],
         stage,
+        k["ep"],
+        k["expert_tp"],
+        expert_dp_size(k["tp"], cp, k["dp"], k["ep"], k["expert_tp"]),
     )
     blocks_per_stage = np.asarray(blocks, dtype=float)
     per_block = block_activation_bytes(

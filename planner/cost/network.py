@@ -7,7 +7,9 @@ group runs on the first tier whose domain holds its span; the last tier spans th
 Ring collectives on g ranks with per-GPU bandwidth β (per direction, times the tier's
 efficiency) and latency α (Thakur et al. 2005; NCCL's ring algorithm):
 all-reduce 2·(g−1)/g·bytes/β + 2·(g−1)·α; reduce-scatter and all-gather (g−1)/g·bytes/β + (g−1)·α
-(bytes: the full buffer each rank contributes or receives). Point-to-point: α + bytes/β.
+(bytes: the full buffer each rank contributes or receives). All-to-all: each tier carries the
+share of the buffer bound beyond the domain below it, the tiers at once (all_to_all_s).
+Point-to-point: α + bytes/β.
 """
 
 from __future__ import annotations
@@ -49,6 +51,36 @@ def reduce_scatter_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes
 
 
 all_gather_s = reduce_scatter_s
+
+
+def all_to_all_s(
+    ctx: CostContext,
+    group: ArrayLike,
+    stride: ArrayLike,
+    nbytes: ArrayLike,
+    beyond_first_share: ArrayLike = 1.0,
+) -> np.ndarray:
+    """All-to-all by pairwise exchange of an ``nbytes`` buffer over ``group`` ranks at
+    ``stride`` GPUs apart. A rank sends 1/g of the buffer to each peer; the peers inside its
+    tier-0 domain take the tier-0 links, those beyond the tier each spans next, and the links
+    run at once: max over tiers i of bytes_i/β_i, with bytes_i = (g_i − g_{i−1})/g·bytes for
+    g_i the group's ranks inside one tier-i domain (g_{−1} = 1), plus (g − 1)·α of the tier
+    the whole group spans. ``beyond_first_share`` scales the bytes that leave the tier-0
+    domain (routing that deduplicates them, planner/cost/experts.py)."""
+    g = np.asarray(group, dtype=float)
+    step = np.asarray(stride, dtype=float)
+    data = np.asarray(nbytes, dtype=float)
+    inside = np.ones_like(g * step)
+    slowest = np.zeros_like(g * step * data)
+    for i, tier in enumerate(ctx.system.network_tiers):
+        last = i == len(ctx.system.network_tiers) - 1
+        reach = g if last else np.minimum(g, np.maximum(1.0, (tier.domain_gpus or 0) // step))
+        share = (reach - inside) / g * (1.0 if i == 0 else np.asarray(beyond_first_share))
+        rate = tier.bandwidth_gbps * 1e9 * tier.efficiency
+        slowest = np.maximum(slowest, share * data / rate)
+        inside = np.maximum(inside, reach)
+    _, latency = _tier_arrays(ctx, g * step)
+    return slowest + (g - 1) * latency
 
 
 def point_to_point_s(ctx: CostContext, span: ArrayLike, nbytes: ArrayLike) -> np.ndarray:

@@ -36,7 +36,9 @@ and per-micro-batch traffic under that micro-batch's compute: exposed = max(0, c
 where a window is the stage's pass including its exposed offload stalls (the DP link is busy
 while the stage waits on its offload link). Each stage reduces its own gradients under its own
 passes, so the DP term is the worst stage kind's (first, middle, last), as is the optimizer
-step. Overlaps are what the stack can do: a strategy's
+step. Mixture-of-experts blocks add the expert-parallel token dispatch and combine to U and
+reduce their routed experts' gradients over the expert-data-parallel ranks
+(planner/cost/experts.py). Overlaps are what the stack can do: a strategy's
 ``dp_overlap`` or ``tp_overlap`` takes effect only where its stack profile has it; TP overlap
 leaves the stack's ``tp_overlap_contention`` share of the hidden time exposed.
 """
@@ -49,6 +51,7 @@ import numpy as np
 
 from planner.cost.compute import BlockTimes, block_times, lm_head_time_s
 from planner.cost.context import ACTIVATION_BYTES, CostContext
+from planner.cost.experts import expert_dp_size, expert_exposed_s, expert_traffic_s
 from planner.cost.flops import (
     ArrayLike,
     kv_heads_per_rank,
@@ -80,6 +83,9 @@ class Knobs:
     cp: np.ndarray
     pp: np.ndarray
     dp: np.ndarray
+    ep: np.ndarray
+    expert_tp: np.ndarray
+    """Ranks each expert is split over; 0: tp (Strategy.expert_tp)."""
     micro_batch: np.ndarray
     interleave: np.ndarray
     recompute: np.ndarray
@@ -146,6 +152,7 @@ class StepTerms:
     recompute_s: np.ndarray
     tp_comm_s: np.ndarray
     cp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
     offload_s: np.ndarray
     bubble_s: np.ndarray
@@ -171,6 +178,7 @@ class StepTerms:
             "recompute": self.recompute_s,
             "tp_comm": self.tp_comm_s,
             "cp_comm": self.cp_comm_s,
+            "ep_comm": self.ep_comm_s,
             "pp_comm": self.pp_comm_s,
             "offload": self.offload_s,
             "bubble": self.bubble_s,
@@ -194,15 +202,16 @@ class StepTerms:
 
 @dataclass(frozen=True)
 class BlockPieces:
-    """Seconds per block per micro-batch on one rank: compute, and the exposed TP and offload
-    time. Depends on (tp, micro_batch, recompute, sequence_parallel, tp_overlap,
-    offload_weights, offload_activations)."""
+    """Seconds per block per micro-batch on one rank: compute, and the exposed TP, CP, expert
+    and offload time. Depends on (tp, cp, micro_batch, recompute, sequence_parallel,
+    tp_overlap, ep, expert_tp, offload_weights, offload_activations)."""
 
     forward_s: np.ndarray
     backward_s: np.ndarray
     recompute_s: np.ndarray
     tp_exposed_s: np.ndarray
     cp_exposed_s: np.ndarray
+    ep_exposed_s: np.ndarray
     offload_forward_s: np.ndarray
     offload_backward_s: np.ndarray
 
@@ -215,6 +224,7 @@ class BlockPieces:
             + self.recompute_s
             + self.tp_exposed_s
             + self.cp_exposed_s
+            + self.ep_exposed_s
             + self.offload_forward_s
             + self.offload_backward_s
         )
@@ -240,30 +250,42 @@ def block_pieces(
     offload_weights: ArrayLike,
     offload_activations: ArrayLike,
     cp: ArrayLike = 1,
+    ep: ArrayLike = 1,
+    expert_tp: ArrayLike = 0,
 ) -> BlockPieces:
-    """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: 2
-    all-reduces (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
-    in the forward, 2 in the backward, 2 more in a full recompute; with TP overlap (where the
-    stack has it) they hide under the weight GEMMs of those passes. CP: the K/V ring of the
-    module docstring."""
+    """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: an
+    all-reduce (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
+    after attention and one after a dense FFN, in the forward, the backward and a full
+    recompute; an MoE block's FFN has one only for its shared experts (its routed experts'
+    traffic is the expert term, planner/cost/experts.py); with TP overlap (where the stack has
+    it) they hide under the weight GEMMs of those passes. CP: the K/V ring of the module
+    docstring."""
+    m = ctx.model
     t = np.asarray(tp, dtype=float)
     code = np.asarray(recompute)
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
-    times = block_times(ctx, tp, mb, code, sp, cp)
+    times = block_times(ctx, tp, mb, code, sp, cp, ep)
     activation_bytes = ACTIVATION_BYTES * local_mb * ctx.seq_len
-    tp_raw = (4 + 2 * (code == 2)) * all_reduce_s(ctx, t, t, activation_bytes * ctx.model.hidden)
+    ffn_collectives = 1 - m.moe_share + m.moe_share * (m.shared_experts > 0)
+    tp_raw = (
+        (1 + ffn_collectives)
+        * (2 + (code == 2))
+        * all_reduce_s(ctx, t, t, activation_bytes * m.hidden)
+    )
     tp_window = times.forward_gemm_s * (3 + (code == 2))
     hidden = np.minimum(tp_raw, tp_window)
     overlapped = tp_raw - hidden * (1 - ctx.stack.tp_overlap_contention)
     tp_exposed = np.where(
         np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap, overlapped, tp_raw
     )
+    expert_traffic = expert_traffic_s(ctx, tp, expert_tp, ep, local_mb, code)
+    compute_s = times.forward_s + times.backward_s + times.recompute_s
     offload_forward, offload_backward = offload_exposed_s(
         ctx,
         offload_weights,
         offload_activations,
         times,
-        block_params_per_rank(ctx, tp),
+        block_params_per_rank(ctx, tp, ep, expert_tp),
         block_activation_bytes(ctx, tp, local_mb, code, sp),
     )
     return BlockPieces(
@@ -272,6 +294,7 @@ def block_pieces(
         recompute_s=times.recompute_s,
         tp_exposed_s=tp_exposed,
         cp_exposed_s=cp_exposed_s(ctx, tp, cp, local_mb, code, times),
+        ep_exposed_s=expert_exposed_s(ctx, expert_traffic, compute_s),
         offload_forward_s=offload_forward,
         offload_backward_s=offload_backward,
     )
@@ -346,25 +369,33 @@ def dp_comm_times_s(
     zero_stage: ArrayLike,
     recompute: ArrayLike,
     cp: ArrayLike = 1,
+    expert_params: ArrayLike = 0,
+    expert_dp: ArrayLike = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(once per step after the backward, once per step before the forward, per micro-batch)
     DP communication times, unhidden, of a stage whose ranks hold ``params`` parameters each,
-    over the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans).
-    Depends on (tp, cp, dp, zero_stage, recompute), the stage's layout and the placement."""
-    d = np.asarray(dp) * np.asarray(cp)
+    over the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans); of
+    them, ``expert_params`` are routed experts, reduced over their ``expert_dp`` ranks
+    (planner/cost/experts.py) on the same span, after the dense ones. Depends on (tp, cp, dp,
+    zero_stage, recompute, ep, expert_tp), the stage's layout and the placement."""
     zero = np.asarray(zero_stage)
-    params = np.asarray(params, dtype=float)
-    grads = ctx.grad_bytes * params
-    reduce = reduce_scatter_s(ctx, d, span, grads)
-    gather = all_gather_s(ctx, d, span, ACTIVATION_BYTES * params)
     gathers_per_micro_batch = 2 + (np.asarray(recompute) == 2)
-    after_backward = np.where(
-        zero == 0, all_reduce_s(ctx, d, span, grads), np.where(zero == 1, reduce, 0.0)
-    )
-    before_forward = np.where((zero == 1) | (zero == 2), gather, 0.0)
-    per_micro_batch = np.where(
-        zero == 2, reduce, np.where(zero == 3, reduce + gathers_per_micro_batch * gather, 0.0)
-    )
+    experts = np.asarray(expert_params, dtype=float)
+    groups = [(np.asarray(dp) * np.asarray(cp), np.asarray(params, dtype=float) - experts)]
+    if ctx.model.is_moe:
+        groups.append((np.asarray(expert_dp, dtype=float), experts))
+    after_backward = before_forward = per_micro_batch = 0.0
+    for ranks, group_params in groups:
+        grads = ctx.grad_bytes * group_params
+        reduce = reduce_scatter_s(ctx, ranks, span, grads)
+        gather = all_gather_s(ctx, ranks, span, ACTIVATION_BYTES * group_params)
+        after_backward = after_backward + np.where(
+            zero == 0, all_reduce_s(ctx, ranks, span, grads), np.where(zero == 1, reduce, 0.0)
+        )
+        before_forward = before_forward + np.where((zero == 1) | (zero == 2), gather, 0.0)
+        per_micro_batch = per_micro_batch + np.where(
+            zero == 2, reduce, np.where(zero == 3, reduce + gathers_per_micro_batch * gather, 0.0)
+        )
     return after_backward, before_forward, per_micro_batch
 
 
@@ -375,13 +406,20 @@ def optimizer_time_s(
     zero_stage: ArrayLike,
     offload_optimizer: ArrayLike,
     cp: ArrayLike = 1,
+    expert_params: ArrayLike = 0,
+    expert_dp: ArrayLike = 1,
 ) -> np.ndarray:
-    """The optimizer step on the rank's (ZeRO-sharded over d·cp) state of the stage with the
-    most parameters per rank, ``params``, plus the stack's fixed per-step overhead."""
-    sharders = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
-    shard = np.where(np.asarray(zero_stage) >= 1, 1 / sharders, 1.0)
-    step = optimizer_step_s(ctx, np.asarray(params, dtype=float) * shard, offload_optimizer)
-    return step + ctx.stack.step_overhead_s
+    """The optimizer step on a stage's rank state, ``params`` parameters of which
+    ``expert_params`` routed experts, ZeRO-sharded over d·cp ranks (the experts over their
+    ``expert_dp``), plus the stack's fixed per-step overhead."""
+    experts = np.asarray(expert_params, dtype=float)
+    dense = np.asarray(params, dtype=float) - experts
+    sharded = np.asarray(zero_stage) >= 1
+    dense_ranks = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
+    held = np.where(
+        sharded, dense / dense_ranks + experts / np.asarray(expert_dp, dtype=float), dense + experts
+    )
+    return optimizer_step_s(ctx, held, offload_optimizer) + ctx.stack.step_overhead_s
 
 
 def layout_blocks(
@@ -430,6 +468,8 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             k["offload_weights"],
             k["offload_activations"],
             k["cp"],
+            k["ep"],
+            k["expert_tp"],
         )
 
     partial = np.asarray(k["recompute_layers"])
@@ -467,10 +507,19 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     overlap = np.asarray(k["dp_overlap"], dtype=bool) & ctx.stack.dp_overlap
     dp_exposed = np.zeros(np.broadcast(t, c, p, d, n).shape)
     optimizer = np.zeros(())
+    expert_dp = expert_dp_size(t, c, d, k["ep"], k["expert_tp"])
     for kind in STAGES:
-        params = stage_params(ctx, k["tp"], p, blocks[kind], kind).total
+        params = stage_params(ctx, k["tp"], p, blocks[kind], kind, k["ep"], k["expert_tp"])
         after_backward, before_forward, per_mb_comm = dp_comm_times_s(
-            ctx, params, dp_span, k["dp"], k["zero_stage"], k["recompute"], k["cp"]
+            ctx,
+            params.total,
+            dp_span,
+            k["dp"],
+            k["zero_stage"],
+            k["recompute"],
+            k["cp"],
+            params.experts,
+            expert_dp,
         )
         backward_window = np.where(overlap, stage[kind].backward_window_s, 0.0)
         forward_window = np.where(overlap, stage[kind].forward_window_s, 0.0)
@@ -480,7 +529,14 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             + n * np.maximum(0.0, per_mb_comm - forward_window - backward_window)
         )
         stage_optimizer = optimizer_time_s(
-            ctx, params, k["dp"], k["zero_stage"], k["offload_optimizer"], k["cp"]
+            ctx,
+            params.total,
+            k["dp"],
+            k["zero_stage"],
+            k["offload_optimizer"],
+            k["cp"],
+            params.experts,
+            expert_dp,
         )
         present = stage_present(p, kind)
         dp_exposed = np.maximum(dp_exposed, np.where(present, exposed, 0.0))
@@ -502,6 +558,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         recompute_s=n * critical.recompute_s,
         tp_comm_s=n * critical.tp_exposed_s,
         cp_comm_s=n * critical.cp_exposed_s,
+        ep_comm_s=n * critical.ep_exposed_s,
         pp_comm_s=n * pp_per_micro_batch,
         offload_s=n * (critical.offload_forward_s + critical.offload_backward_s),
         bubble_s=(p - 1) / v * per_micro_batch,
