@@ -96,13 +96,14 @@ def _expert_violations(model: ModelSpec, s: Strategy) -> list[str]:
     expert splits over etp ranks that divide tp and the expert width, ep·etp ranks come out of
     a stage's tp·cp·dp; MoE with tp > 1 needs sequence parallelism; the expert layout follows
     the default rank order."""
-    if not model.is_moe:
-        return [
-            f"{name} = {value}: {model.name!r} is a dense model (no experts); allowed: {allowed}"
-            for name, value, allowed in (("ep", s.ep, 1), ("expert_tp", s.expert_tp, "0 (= tp)"))
-            if value != {"ep": 1, "expert_tp": 0}[name]
-        ]
     problems = []
+    if not model.is_moe:
+        dense = f"{model.name!r} is a dense model (no experts)"
+        if s.ep != 1:
+            problems.append(f"ep = {s.ep}: {dense}; allowed: 1")
+        if s.expert_tp:
+            problems.append(f"expert_tp = {s.expert_tp}: {dense}; allowed: 0 (= tp)")
+        return problems
     if model.experts % s.ep:
         problems.append(
             f"ep = {s.ep} must divide the experts ({model.experts}); allowed: "

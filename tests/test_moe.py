@@ -21,7 +21,7 @@ from planner.cost.step import Knobs, evaluate_terms
 from planner.rules import strategy_violations
 from planner.specs import JobSpec, ModelSpec, Strategy
 from tests.conftest import simple_system
-from tests.test_planner import REL, oracle, solve
+from tests.test_planner import assert_solver_matches_oracle
 
 
 @pytest.mark.parametrize(
@@ -297,16 +297,7 @@ def moe_problems(draw):
 @given(moe_problems())
 def test_solver_optimum_equals_oracle_optimum_on_moe_spaces(problem) -> None:
     """Every knob with ep and expert TP: the proven optimum is the brute-force one."""
-    model, system, job, gpus = problem
-    expected = oracle(model, system, job, gpus)
-    result = solve(model, system, job, gpus)
-    if not expected:
-        assert result.status == "infeasible"
-        return
-    assert result.status == "optimal"
-    assert result.estimate is not None and result.estimate.fits
-    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
-    assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)
+    assert_solver_matches_oracle(*problem)
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])

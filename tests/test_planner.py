@@ -111,9 +111,14 @@ def solve(model, system, job, gpus, pins=None, top=1, rank_by="strategy", caps=S
 @given(problems())
 def test_solver_optimum_equals_oracle_optimum(problem) -> None:
     """Over every knob, offloaded shares (halves) included."""
-    model, system, job, gpus = problem
-    expected = oracle(model, system, job, gpus, caps=SHARES)
-    result = solve(model, system, job, gpus, caps=SHARES)
+    assert_solver_matches_oracle(*problem, caps=SHARES)
+
+
+def assert_solver_matches_oracle(model, system, job, gpus, caps=SMALL) -> None:
+    """The solver proves the oracle's optimum (or infeasibility), its plan fits, and its
+    objective matches the evaluation of its plan."""
+    expected = oracle(model, system, job, gpus, caps=caps)
+    result = solve(model, system, job, gpus, caps=caps)
     if not expected:
         assert result.status == "infeasible"
         return
