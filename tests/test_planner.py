@@ -320,3 +320,19 @@ def test_plan_offloads_a_share_of_a_tensor_class_when_all_of_it_would_stall() ->
         )
     whole = result.strategy.model_copy(update={"offload_optimizer_fraction": 1.0})
     assert evaluate(model, system, job, whole).step_time_s > result.estimate.step_time_s
+
+
+def test_a_table_drops_exactly_the_knobs_it_does_not_vary_along() -> None:
+    import numpy as np
+
+    from constraints.variables import varying_axes
+
+    rng = np.random.default_rng(0)
+    full = np.broadcast_to(rng.integers(0, 100, size=(3, 1, 4)), (3, 5, 4)).copy()
+    full[:, :, 0] = 7  # axis 2 still varies (columns 1-3 differ from column 0)
+    table, kept = varying_axes(full, ("tp", "cp", "micro_batch"))
+    assert kept == ("tp", "micro_batch")
+    for i, j, k in np.ndindex(full.shape):
+        assert table[i, k] == full[i, j, k]
+    constant, none = varying_axes(np.full((2, 3), 5), ("tp", "cp"))
+    assert none == () and constant.item() == 5
