@@ -272,9 +272,7 @@ class Variables:
         }
 
 
-def varying_axes(
-    table: np.ndarray, knobs: tuple[str, ...]
-) -> tuple[np.ndarray, tuple[str, ...]]:
+def varying_axes(table: np.ndarray, knobs: tuple[str, ...]) -> tuple[np.ndarray, tuple[str, ...]]:
     """The table without the axes along which it is constant, and the knobs it keeps. A cost
     term is tabulated over every knob it can depend on; on a given problem some do not move it
     (the DP traffic does not depend on cp at a fixed GPU count, where d·cp = N/(t·p), nor on
