@@ -29,21 +29,32 @@ parallelism and stage layouts (benchmarks/plan_latency.py --quick, 43 scenarios)
 worst 2.55 s (llama3-70b on 4,096 H100s, which propagation alone does not prove and the LP
 proves in 0.47 s); 1.0: worst 1.50 s."""
 
+EXPERT_FIRST_PHASE_DETERMINISTIC_S = 40.0
+"""The first phase's budget where the space holds expert layouts (more than one ep value): the
+LP relaxation slows those proofs down, while propagation alone proves them.
+benchmarks/moe_latency.py (Mixtral 8x7B / 8x22B, DBRX, DeepSeek-V3 on 256–4,096 H100s and
+2,048 H800s; 2 cores, one run): every problem proven in either schedule; at 40 units 2.1–23 s,
+52.6 s in all; at 1.5 units then the LP 4.3–48 s, 108 s in all. The slowest, DeepSeek-V3 on
+2,048 H800s under megatron-core, needs 32 units of propagation."""
+
 
 def solve(
     built: PlanModel,
     time_limit_s: float = 60.0,
     workers: int = DEFAULT_WORKERS,
     lp_fallback: bool = True,
+    first_phase_units: float | None = None,
 ) -> tuple[cp_model.CpSolver, int]:
     """Solve with fixed seed; one worker by default (deterministic), in two phases (one
-    without ``lp_fallback``).
+    without ``lp_fallback``; ``first_phase_units`` overrides the first phase's budget, for
+    benchmarks).
 
     Both phases skip presolve, probing and SAT inprocessing: on these models (small,
     element-table heavy) propagation proves optimality, and presolve expands the element
     tables into thousands of Booleans (2.5 s of a 3.4 s solve for a gpt3-175b problem on a
     perturbed GB200). Phase 1 also leaves the LP relaxation off, and stops after
-    FIRST_PHASE_DETERMINISTIC_S of work. Phase 2 runs only if phase 1 left the answer
+    FIRST_PHASE_DETERMINISTIC_S of work (EXPERT_FIRST_PHASE_DETERMINISTIC_S with expert
+    parallelism in the space). Phase 2 runs only if phase 1 left the answer
     unproven: with the LP relaxation (linearization level 1), hinted with phase 1's best
     solution, for the rest of ``time_limit_s``. Propagation alone can find no useful bound on
     some problems (mt-7t on the poster's system, 16,384 GPUs, bf16 gradients: gap 100 % after
@@ -60,7 +71,11 @@ def solve(
     phase, ``lp_fallback=False`` (benchmarks/min_hardware_latency.py: gpt3-175b fewest GPUs
     4.5 s in one phase, 9.3 s in two)."""
     started = time.perf_counter()
-    first_phase = FIRST_PHASE_DETERMINISTIC_S if lp_fallback else None
+    experts = len(built.variables.domains["ep"]) > 1
+    budget = EXPERT_FIRST_PHASE_DETERMINISTIC_S if experts else FIRST_PHASE_DETERMINISTIC_S
+    if first_phase_units is not None:
+        budget = first_phase_units
+    first_phase = budget if lp_fallback else None
     solver, status = _run(built, time_limit_s, workers, 0, first_phase)
     left_s = time_limit_s - (time.perf_counter() - started)
     if not lp_fallback or status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or left_s <= 0:
