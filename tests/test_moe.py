@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import hardware_catalog
+from planner import launch
+from planner.api import as_model, as_system
 from planner.cli import main
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.flops import block_forward_flops, block_gemms
 from planner.cost.step import Knobs, evaluate_terms
+from planner.errors import InputError
 from planner.rules import strategy_violations
 from planner.specs import JobSpec, ModelSpec, Strategy
 from tests.conftest import simple_system
@@ -155,14 +158,89 @@ def test_tp_must_split_the_expert_width(tmp_path: Path, capsys: pytest.CaptureFi
     assert json.loads(capsys.readouterr().out)["strategy"]["tp"] in (1, 2, 4)
 
 
-@pytest.mark.parametrize("fmt", ["megatron", "nemo", "torchtitan"])
-def test_launch_configurations_of_moe_models_are_refused(
+@pytest.mark.parametrize("fmt", ["nemo", "torchtitan"])
+def test_nemo_and_torchtitan_launch_configurations_of_moe_models_are_refused(
     capsys: pytest.CaptureFixture[str], fmt: str
 ) -> None:
     argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
     assert main([*argv, "--global-batch", "512", "--emit", fmt]) == 2
     err = capsys.readouterr().err
-    assert "mixture-of-experts" in err and len(err.strip().splitlines()) == 1
+    assert "mixture-of-experts" in err and "--emit megatron" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+MOE_LAUNCHES = {
+    "mixtral-8x7b": ("dgx-h100", 512, Strategy(tp=2, pp=4, dp=8, ep=8, sequence_parallel=True)),
+    "mixtral-8x22b": (
+        "dgx-h100",
+        1024,
+        Strategy(tp=2, pp=8, dp=16, ep=8, expert_tp=1, interleave=7, sequence_parallel=True,
+                 zero_stage=1),
+    ),
+    "deepseek-v3": (
+        "hgx-h800",
+        15360,
+        Strategy(tp=2, cp=2, pp=16, dp=32, ep=16, expert_tp=1, sequence_parallel=True,
+                 zero_stage=1, stage_layers=(4,) * 15 + (1,)),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(MOE_LAUNCHES))
+def test_megatron_arguments_of_an_moe_plan_read_back_as_the_same_model_and_strategy(
+    name: str,
+) -> None:
+    system_name, batch, strategy = MOE_LAUNCHES[name]
+    model, system = as_model(name), as_system(system_name)
+    job = JobSpec(global_batch=batch, seq_len=4096)
+    assert not strategy_violations(model, system, job, strategy)
+    emitted = launch.emit("megatron", model, system, job, strategy)
+    assert f"--expert-model-parallel-size {strategy.ep}" in emitted.text
+    assert ("--expert-tensor-parallel-size" in emitted.text) == bool(strategy.expert_tp)
+    back = launch.read("megatron", emitted.text, system)
+    assert back.model == model  # every MoE / latent field read back: the catalog entry
+    assert back.strategy == strategy
+    assert back.notes == [] and back.unsupported == []
+
+
+def _read_layer_frequency(frequency: str, layers: int = 4):
+    text = (
+        f"--num-layers {layers} --hidden-size 256 --num-attention-heads 8 --ffn-hidden-size 512 "
+        f"--padded-vocab-size 1024 --num-experts 4 --moe-router-topk 2 "
+        f"--moe-layer-freq {frequency}"
+    )
+    return launch.read("megatron", text, as_system("dgx-h100"), gpus=8)
+
+
+@pytest.mark.parametrize(
+    ("frequency", "dense", "noted"),
+    [
+        ("1", 0, False),
+        ("'[0]*1+[1]*3'", 1, False),
+        ("'([0]*2+[1]*2)'", 2, False),
+        ("[0,0,0,1]", 3, False),
+        ("2", 2, True),  # blocks 0 and 2 MoE: two dense blocks, interleaved
+        ("'([1]*1+[0]*1)*2'", 2, True),
+    ],
+)
+def test_megatron_moe_layer_frequency_reads_as_dense_blocks(
+    frequency: str, dense: int, noted: bool
+) -> None:
+    config = _read_layer_frequency(frequency)
+    assert config.model is not None and config.model.dense_layers == dense
+    assert config.model.experts == 4 and config.model.experts_per_token == 2
+    assert any("dense_layers" in note for note in config.notes) == noted
+
+
+@pytest.mark.parametrize(
+    "frequency",
+    ["'__import__(\"os\")'", "'[1]*10**9'", "'[1]*1000000000'", "'[2]*4'", "'[1]*3'", "0"],
+)
+def test_a_bad_moe_layer_frequency_is_one_line(frequency: str) -> None:
+    with pytest.raises(InputError) as error:
+        _read_layer_frequency(frequency)
+    message = str(error.value)
+    assert "--moe-layer-freq" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])

@@ -30,6 +30,17 @@ SHAPE_FIELDS = (
     "vocab",
     "tied_embeddings",
     "dropout",
+    "experts",
+    "experts_per_token",
+    "shared_experts",
+    "expert_ffn_hidden",
+    "dense_layers",
+    "expert_groups",
+    "expert_groups_per_token",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "rope_head_dim",
+    "v_head_dim",
 )
 """The ModelSpec fields that make a model's shape (a configuration that gives the same values as
 a catalog model reads as that model)."""

@@ -42,6 +42,16 @@ Mapping (planner knob ↔ flags):
   16-bit (bf16). grad_dtype fp32 ↔ ``--accumulate-allreduce-grads-in-fp32``; bf16 ↔
   ``--grad-reduce-in-bf16``. attention flash ↔ ``--attention-backend flash``; materialized ↔
   ``--attention-backend unfused``.
+- ep ↔ ``--expert-model-parallel-size``; expert_tp ↔ ``--expert-tensor-parallel-size``
+  (unset: Megatron-Core's default, the tp size, planner's 0), with ``--moe-token-dispatcher-type
+  alltoall``, the dispatcher planner costs.
+- mixture of experts ↔ ``--num-experts --moe-router-topk --moe-ffn-hidden-size
+  --moe-shared-expert-intermediate-size`` (shared experts × expert width) ``--moe-layer-freq``
+  (``([0]*n+[1]*m)``: the first n blocks dense; read as well: an int k, every k-th block MoE, or
+  a list of 0/1, whose dense blocks planner counts as if they came first)
+  ``--moe-router-num-groups --moe-router-group-topk``; latent attention ↔
+  ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim
+  --v-head-dim`` (Megatron's defaults 128, 64, 128 for the last three).
 - model ↔ ``--num-layers --hidden-size --ffn-hidden-size --num-attention-heads
   --group-query-attention --num-query-groups --kv-channels --swiglu
   --untie-embeddings-and-output-weights --hidden-dropout --attention-dropout
@@ -51,6 +61,7 @@ Mapping (planner knob ↔ flags):
 
 from __future__ import annotations
 
+import ast
 import math
 import shlex
 
@@ -104,6 +115,19 @@ FLAGS: dict[str, str] = {
     "ffn_kind": "--swiglu",
     "tied_embeddings": "--untie-embeddings-and-output-weights",
     "vocab": "--padded-vocab-size",
+    "ep": "--expert-model-parallel-size",
+    "expert_tp": "--expert-tensor-parallel-size",
+    "experts": "--num-experts",
+    "experts_per_token": "--moe-router-topk",
+    "expert_ffn_hidden": "--moe-ffn-hidden-size",
+    "shared_experts": "--moe-shared-expert-intermediate-size",
+    "dense_layers": "--moe-layer-freq",
+    "expert_groups": "--moe-router-num-groups",
+    "expert_groups_per_token": "--moe-router-group-topk",
+    "kv_lora_rank": "--kv-lora-rank",
+    "q_lora_rank": "--q-lora-rank",
+    "rope_head_dim": "--qk-pos-emb-head-dim",
+    "v_head_dim": "--v-head-dim",
 }
 """The knob ↔ flag table: each planner knob's main flag (the docstring gives the companions)."""
 
@@ -111,11 +135,11 @@ SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3
 """Megatron-FSDP's ``--data-parallel-sharding-strategy`` ↔ ZeRO stage."""
 
 NOT_MODELLED = {
-    "--expert-model-parallel-size": "expert parallelism (MoE) is not modelled",
-    "--num-experts": "mixture-of-experts layers are not modelled",
-    "--decoder-first-pipeline-num-layers": "planner splits layers evenly over pipeline stages",
-    "--decoder-last-pipeline-num-layers": "planner splits layers evenly over pipeline stages",
-    "--pipeline-model-parallel-layout": "planner splits layers evenly over pipeline stages",
+    "--pipeline-model-parallel-layout": (
+        "planner's stages are a first and a last count with equal stages between "
+        "(--decoder-first/last-pipeline-num-layers)"
+    ),
+    "--moe-expert-capacity-factor": "planner costs dropless routing (no capacity factor)",
 }
 """Flags that change performance in ways planner does not model: read, and named in a note."""
 
@@ -148,6 +172,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         flags.append((FLAGS["tied_embeddings"], None))
     if not model.dropout:
         flags += [("--hidden-dropout", 0), ("--attention-dropout", 0)]
+    flags += _latent_attention_flags(model) + _expert_flags(model)
     seq_len = job.seq_len_for(model)
     flags += [
         (FLAGS["vocab"], model.vocab),
@@ -162,6 +187,11 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     if s.stage_layers is not None:
         flags.append((FLAGS["first_stage_layers"], s.stage_layers[0]))
         flags.append((FLAGS["last_stage_layers"], s.stage_layers[-1]))
+    if model.is_moe:
+        flags.append((FLAGS["ep"], s.ep))
+        if s.expert_tp:
+            flags.append((FLAGS["expert_tp"], s.expert_tp))
+        flags.append(("--moe-token-dispatcher-type", "alltoall"))
     if s.sequence_parallel and s.tp > 1:
         flags.append((FLAGS["sequence_parallel"], None))
     if s.placement == "tp-pp-dp":
@@ -204,6 +234,40 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     body = [f"    {flag}" if value is None else f"    {flag} {value}" for flag, value in flags]
     lines += [line + " \\" for line in body[:-1]] + body[-1:]
     return LaunchConfig(format=FORMAT, text="\n".join(lines) + "\n", notes=notes)
+
+
+def _latent_attention_flags(model: ModelSpec) -> list[tuple[str, object]]:
+    if not model.is_latent_attention:
+        return []
+    flags: list[tuple[str, object]] = [("--multi-latent-attention", None)]
+    if model.q_lora_rank:
+        flags.append((FLAGS["q_lora_rank"], model.q_lora_rank))
+    return flags + [
+        (FLAGS["kv_lora_rank"], model.kv_lora_rank),
+        ("--qk-head-dim", model.head_dim),
+        (FLAGS["rope_head_dim"], model.rope_head_dim),
+        (FLAGS["v_head_dim"], model.v_head_dim or model.head_dim),
+    ]
+
+
+def _expert_flags(model: ModelSpec) -> list[tuple[str, object]]:
+    if not model.is_moe:
+        return []
+    flags: list[tuple[str, object]] = [
+        (FLAGS["experts"], model.experts),
+        (FLAGS["experts_per_token"], model.experts_per_token),
+    ]
+    if model.expert_width != model.ffn_hidden:
+        flags.append((FLAGS["expert_ffn_hidden"], model.expert_width))
+    if model.shared_experts:
+        flags.append((FLAGS["shared_experts"], model.shared_experts * model.expert_width))
+    if model.dense_layers:
+        pattern = f"([0]*{model.dense_layers}+[1]*{model.layers - model.dense_layers})"
+        flags.append((FLAGS["dense_layers"], shlex.quote(pattern)))
+    if model.expert_groups:
+        flags.append((FLAGS["expert_groups"], model.expert_groups))
+        flags.append((FLAGS["expert_groups_per_token"], model.expert_groups_per_token))
+    return flags
 
 
 def _recompute_flags(s: Strategy) -> list[tuple[str, object]]:
@@ -349,6 +413,8 @@ def read(text: str, system: SystemSpec) -> Parsed:
         "dp_overlap": args.has(FLAGS["dp_overlap"]),
         "tp_overlap": args.has(FLAGS["tp_overlap"]),
         "placement": "tp-pp-dp" if args.has(FLAGS["placement"]) else "tp-cp-dp-pp",
+        "ep": args.whole(FLAGS["ep"], 1),
+        "expert_tp": args.whole(FLAGS["expert_tp"], 0),
     }
     args.has("--overlap-param-gather")
     per_virtual = args.whole(FLAGS["interleave"])
@@ -366,6 +432,8 @@ def read(text: str, system: SystemSpec) -> Parsed:
     _read_offload(args, parsed, system)
     _read_job(args, parsed)
     _read_shape(args, parsed, tp)
+    _read_latent_attention(args, parsed)
+    _read_experts(args, parsed)
     for flag, why in NOT_MODELLED.items():
         if args.has(flag) and args.flags[flag] not in ([], ["1"], ["0"]):
             parsed.notes.append(f"{flag} {' '.join(args.flags[flag])}: {why}; ignored")
@@ -488,6 +556,108 @@ def _read_shape(args: _Args, parsed: Parsed, tp: int) -> None:
     shape_vocab = _vocab(args, tp)
     if shape_vocab is not None:
         shape["vocab"] = shape_vocab
+
+
+def _read_latent_attention(args: _Args, parsed: Parsed) -> None:
+    if not args.has("--multi-latent-attention"):
+        return
+    kv_rank = args.whole(FLAGS["kv_lora_rank"])
+    if kv_rank is None:
+        raise InputError(
+            "megatron argument --multi-latent-attention needs --kv-lora-rank (the latent width)"
+        )
+    shape = parsed.shape
+    shape["kv_lora_rank"] = kv_rank
+    shape["q_lora_rank"] = args.whole(FLAGS["q_lora_rank"], 0)
+    shape["head_dim"] = args.whole("--qk-head-dim", 128)
+    shape["rope_head_dim"] = args.whole(FLAGS["rope_head_dim"], 64)
+    shape["v_head_dim"] = args.whole(FLAGS["v_head_dim"], 128)
+
+
+def _read_experts(args: _Args, parsed: Parsed) -> None:
+    experts = args.whole(FLAGS["experts"])
+    dispatcher = args.text("--moe-token-dispatcher-type")
+    if not experts:
+        return
+    shape = parsed.shape
+    shape["experts"] = experts
+    shape["experts_per_token"] = args.whole(FLAGS["experts_per_token"], 2)
+    width = args.whole(FLAGS["expert_ffn_hidden"])
+    ffn = shape.get("ffn_hidden")
+    shape["expert_ffn_hidden"] = 0 if width is None or width == ffn else width
+    shared = args.whole(FLAGS["shared_experts"])
+    expert_width = width or ffn
+    if shared and isinstance(expert_width, int):
+        count = max(1, round(shared / expert_width))
+        shape["shared_experts"] = count
+        if count * expert_width != shared:
+            parsed.notes.append(
+                f"shared_experts: {FLAGS['shared_experts']} {shared} costed as {count} shared "
+                f"expert(s) of the routed experts' width {expert_width}"
+            )
+    layers = shape.get("layers")
+    frequency = args.text(FLAGS["dense_layers"])
+    if frequency is not None and isinstance(layers, int):
+        shape["dense_layers"] = _dense_layers(frequency, layers, parsed)
+    groups = args.whole(FLAGS["expert_groups"])
+    if groups and groups > 1:
+        shape["expert_groups"] = groups
+        shape["expert_groups_per_token"] = args.whole(FLAGS["expert_groups_per_token"], groups)
+    if dispatcher not in (None, "alltoall", "flex"):
+        parsed.notes.append(
+            f"ep: --moe-token-dispatcher-type {dispatcher} costed as the all-to-all dispatcher"
+        )
+
+
+def _dense_layers(frequency: str, layers: int, parsed: Parsed) -> int:
+    """Dense blocks of ``--moe-layer-freq``: an int k (every k-th block, from the first, is
+    MoE) or a list expression of 0/1 per block (``[0]*3+[1]*58``, ``([1]*3+[0])*4``), read
+    with a small safe evaluator (lists, ints, + and *), never ``eval``."""
+    where = f"megatron argument {FLAGS['dense_layers']} = {frequency!r}"
+    try:
+        pattern = _layer_pattern(ast.parse(frequency.strip(), mode="eval").body, layers)
+    except (SyntaxError, ValueError) as error:
+        raise InputError(f"{where}: {error}; expected an int or a list like [0]*3+[1]*58") from None
+    if isinstance(pattern, int):
+        if pattern < 1:
+            raise InputError(f"{where}: must be at least 1")
+        pattern = [1 if block % pattern == 0 else 0 for block in range(layers)]
+    if len(pattern) != layers or any(value not in (0, 1) for value in pattern):
+        raise InputError(f"{where}: expected {layers} entries of 0 or 1")
+    dense = pattern.count(0)
+    if pattern != [0] * dense + [1] * (layers - dense):
+        parsed.notes.append(
+            f"dense_layers: {where} interleaves dense blocks; costed as its {dense} dense "
+            "blocks first"
+        )
+    return dense
+
+
+def _layer_pattern(node: ast.expr, limit: int) -> int | list[int]:
+    """An int or a list of ints from a tree of list literals, ints, + and * (lists at most
+    ``limit`` long, so a pattern cannot blow up)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.List):
+        values = [_layer_pattern(item, limit) for item in node.elts]
+        if not all(isinstance(value, int) for value in values):
+            raise ValueError("nested lists")
+        return values  # type: ignore[return-value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+        left, right = _layer_pattern(node.left, limit), _layer_pattern(node.right, limit)
+        if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+            result = left + right
+        elif isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
+            items, times = (left, right) if isinstance(left, list) else (right, left)
+            if not 0 <= times <= limit:  # type: ignore[operator]
+                raise ValueError(f"repeat count {times} out of range")
+            result = items * times  # type: ignore[operator]
+        else:
+            raise ValueError("only list + list and list * int are allowed")
+        if len(result) > limit:
+            raise ValueError(f"more than {limit} entries")
+        return result
+    raise ValueError(f"unexpected {type(node).__name__}")
 
 
 def _vocab(args: _Args, tp: int) -> int | None:
