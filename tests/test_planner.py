@@ -110,8 +110,8 @@ def solve(model, system, job, gpus, pins=None, top=1, rank_by="strategy", caps=S
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_solver_optimum_equals_oracle_optimum(problem) -> None:
-    # 30 examples: 50 took 150 s on 2 cores and kept CI past 10 minutes. A longer check:
-    # HYPOTHESIS_PROFILE-free local runs draw new examples each time (only CI derandomizes).
+    # 30 examples: 50 took 150 s on 2 cores and kept CI past 10 minutes. Local runs without
+    # CI set draw new examples each time (only the CI profile derandomizes).
     """Over every knob, offloaded shares (halves) included."""
     assert_solver_matches_oracle(*problem, caps=SHARES)
 
