@@ -643,7 +643,9 @@ def _layer_pattern(node: ast.expr, limit: int) -> int | list[int]:
         if not all(isinstance(value, int) for value in values):
             raise ValueError("nested lists")
         return values  # type: ignore[return-value]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+    if isinstance(node, ast.BinOp):
+        if not isinstance(node.op, ast.Add | ast.Mult):
+            raise ValueError("only + and * are allowed")
         left, right = _layer_pattern(node.left, limit), _layer_pattern(node.right, limit)
         if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
             result = left + right
