@@ -234,7 +234,15 @@ def test_megatron_moe_layer_frequency_reads_as_dense_blocks(
 
 @pytest.mark.parametrize(
     "frequency",
-    ["'__import__(\"os\")'", "'[1]*10**9'", "'[1]*1000000000'", "'[2]*4'", "'[1]*3'", "0"],
+    [
+        "'__import__(\"os\")'",
+        "'[1]*10**9'",
+        "'[1]*1000000000'",
+        "'[2]*4'",
+        "'[1]*3'",
+        "0",
+        "'" + "+".join(["[0]"] * 20000) + "'",  # deeper than Python's parser recursion
+    ],
 )
 def test_a_bad_moe_layer_frequency_is_one_line(frequency: str) -> None:
     with pytest.raises(InputError) as error:

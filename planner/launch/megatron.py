@@ -613,9 +613,12 @@ def _dense_layers(frequency: str, layers: int, parsed: Parsed) -> int:
     """Dense blocks of ``--moe-layer-freq``: an int k (every k-th block, from the first, is
     MoE) or a list expression of 0/1 per block (``[0]*3+[1]*58``, ``([1]*3+[0])*4``), read
     with a small safe evaluator (lists, ints, + and *), never ``eval``."""
-    where = f"megatron argument {FLAGS['dense_layers']} = {frequency!r}"
+    shown = frequency if len(frequency) <= 60 else frequency[:57] + "..."
+    where = f"megatron argument {FLAGS['dense_layers']} = {shown!r}"
     try:
         pattern = _layer_pattern(ast.parse(frequency.strip(), mode="eval").body, layers)
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply") from None
     except (SyntaxError, ValueError) as error:
         raise InputError(f"{where}: {error}; expected an int or a list like [0]*3+[1]*58") from None
     if isinstance(pattern, int):
