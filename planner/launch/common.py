@@ -19,31 +19,11 @@ from planner.errors import InputError, describe_validation_error
 from planner.quantities import OFFLOAD_STEPS
 from planner.specs import ModelSpec, Strategy, SystemSpec
 
-SHAPE_FIELDS = (
-    "hidden",
-    "layers",
-    "heads",
-    "kv_heads",
-    "head_dim",
-    "ffn_hidden",
-    "ffn_kind",
-    "vocab",
-    "tied_embeddings",
-    "dropout",
-    "experts",
-    "experts_per_token",
-    "shared_experts",
-    "expert_ffn_hidden",
-    "dense_layers",
-    "expert_groups",
-    "expert_groups_per_token",
-    "kv_lora_rank",
-    "q_lora_rank",
-    "rope_head_dim",
-    "v_head_dim",
-)
+NOT_SHAPE_FIELDS = ("name", "description", "seq_len", "aliases", "sources")
+SHAPE_FIELDS = tuple(name for name in ModelSpec.model_fields if name not in NOT_SHAPE_FIELDS)
 """The ModelSpec fields that make a model's shape (a configuration that gives the same values as
-a catalog model reads as that model)."""
+a catalog model reads as that model): every field but its naming, its sources and its default
+sequence, so a field added to ModelSpec takes part without being listed twice."""
 
 HOST_WORDS = ("host", "cpu", "ddr", "dram")
 
