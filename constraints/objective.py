@@ -15,8 +15,9 @@ with coefficient 1 where block terms have k. Every other coefficient depends onl
 (p, the first stages' k and the last's) and the interleave v, so each (layout, v) enforces one
 linear inequality per stage kind with integer coefficients; minimisation makes the pipeline the
 slowest stage's. DP exposure is max(0, comm − window) per part and per stage kind (two
-inequalities under minimisation), the DP term the larger stage sum; the per-micro-batch part
-multiplies the micro-batch count by the comm table (AddMultiplicationEquality).
+inequalities under minimisation), the DP term the larger stage sum (a max equality); the
+per-micro-batch part multiplies the micro-batch count by the comm table
+(AddMultiplicationEquality).
 """
 
 from __future__ import annotations
@@ -124,8 +125,15 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     dp_exposed = variables.new_int(
         "dp_exposed", max(sum(variables.ub(x) for x in parts) for parts in stage_sums)
     )
-    for parts in stage_sums:
-        m.Add(dp_exposed >= sum(parts))
+    # The larger stage sum as an equality (not two inequalities): a variable bounded only from
+    # below floats with the search's saved phases, and each new solution then lowered it by one
+    # unit (DeepSeek-V3 on 4,096 H100s: ~3,000 such solutions in 60 s, unproven; now 6 s).
+    sums = []
+    for stage, parts in zip(("first", "last"), stage_sums, strict=True):
+        total = variables.new_int(f"dp_exposed_{stage}", sum(variables.ub(x) for x in parts))
+        m.Add(total == sum(parts))
+        sums.append(total)
+    m.AddMaxEquality(dp_exposed, sums)
 
     optimizer = tables.optimizer()
     step_terms = [pipeline, dp_exposed, optimizer]

@@ -203,13 +203,15 @@ class Variables:
         """An integer variable equal to ``values[i_1, ..., i_k]`` at the knobs' indices.
 
         Knobs the (integer) table does not vary along are dropped first (``varying_axes``):
-        the constraint is the same function, over a shorter index."""
+        the constraint is the same function, over a shorter index. The variable's domain is the
+        table's range, so the objective has a bound before any knob is chosen (the README's
+        main job: 92 % of the optimum at the root; with 0 in every domain it was 0)."""
         shape = tuple(len(self.domains[k]) for k in knobs)
         table, knobs = varying_axes(np.asarray(values, dtype=np.int64).reshape(shape), knobs)
         flat = table.ravel()
         lower, upper = int(flat.min()), int(flat.max())
-        target = self.model.NewIntVar(min(lower, 0), max(upper, 0), name)
-        self.upper_bounds[target.Index()] = max(upper, 0)
+        target = self.model.NewIntVar(lower, upper, name)
+        self.upper_bounds[target.Index()] = upper
         if lower == upper:
             self.model.Add(target == lower)
             return target
