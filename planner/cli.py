@@ -189,6 +189,54 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
         help="share of HBM a plan may use (default 0.95)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_hardware_args(parser)
+
+
+def _add_hardware_args(parser: argparse.ArgumentParser) -> None:
+    """The hardware quantities a run may override (planner.hardware), per GPU."""
+    group = parser.add_argument_group(
+        "hardware overrides", "replace the system file's numbers (per GPU, per direction)"
+    )
+    capacity, bandwidth = _number(0, lim.MAX_CAPACITY_GIB), _number(0, lim.MAX_BANDWIDTH_GBPS)
+    group.add_argument("--hbm-gib", type=capacity, metavar="GIB", help="HBM capacity")
+    group.add_argument(
+        "--offload-gib",
+        type=capacity,
+        metavar="GIB",
+        help="offload-tier capacity (host DDR, CXL); adds a tier with --offload-gbps",
+    )
+    group.add_argument(
+        "--offload-gbps", type=bandwidth, metavar="GBPS", help="offload-tier bandwidth"
+    )
+    group.add_argument(
+        "--scale-up-gbps", type=bandwidth, metavar="GBPS", help="scale-up (NVLink) bandwidth"
+    )
+    group.add_argument(
+        "--scale-up-domain",
+        type=_gpu_count,
+        metavar="GPUS",
+        help="GPUs in one scale-up domain (e.g. 72 for an NVL72 rack)",
+    )
+    group.add_argument(
+        "--scale-out-gbps",
+        type=bandwidth,
+        metavar="GBPS",
+        help="scale-out (InfiniBand, Ethernet) bandwidth",
+    )
+
+
+def _system(args: argparse.Namespace) -> SystemSpec:
+    """--system with the hardware overrides the command line gives."""
+    from planner.api import as_system
+    from planner.hardware import override_system
+
+    return override_system(as_system(args.system), vars(args))
+
+
+def _overrides_payload(args: argparse.Namespace) -> dict[str, float]:
+    from planner.hardware import HardwareOverrides
+
+    return {k: getattr(args, k) for k in HardwareOverrides.model_fields if getattr(args, k, None)}
 
 
 def _add_target_args(parser: argparse.ArgumentParser) -> None:
@@ -641,9 +689,9 @@ def _launch_payload(config: LaunchConfig) -> dict[str, object]:
 
 def run_evaluate(args: argparse.Namespace, console: Console) -> int:
     from planner import report
-    from planner.api import as_model, as_system, evaluate
+    from planner.api import as_model, evaluate
 
-    system = as_system(args.system)
+    system = _system(args)
     config = _read_config(args, system) if args.from_config else None
     if config is not None and config.model and config.strategy:
         model, strategy = config.model, config.strategy
@@ -666,6 +714,7 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
         payload: dict[str, object] = {
             "model": model.name,
             "system": system.name,
+            "hardware_overrides": _overrides_payload(args),
             "job": job.model_dump(mode="json"),
             "strategy": strategy.model_dump(mode="json"),
             "estimate": estimate.model_dump(mode="json"),
@@ -703,11 +752,11 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     from constraints.target import PerformanceTarget
     from planner import report
-    from planner.api import as_model, as_system
+    from planner.api import as_model
     from planner.plan import plan
     from planner.search_space import parse_pin
 
-    model, system = as_model(args.model), as_system(args.system)
+    model, system = as_model(args.model), _system(args)
     job = _job(args)
     if args.gpus is None:
         raise InputError("plan needs --gpus (how many GPUs to plan for)")
@@ -736,6 +785,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         payload = {
             "model": model.name,
             "system": system.name,
+            "hardware_overrides": _overrides_payload(args),
             "gpus": args.gpus,
             "job": job.model_dump(mode="json"),
             "status": result.status,
@@ -777,11 +827,11 @@ def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
 
 def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
     from planner import report
-    from planner.api import as_model, as_system
+    from planner.api import as_model
     from planner.min_hardware import min_hardware, pareto
     from planner.search_space import parse_pin
 
-    model, system = as_model(args.model), as_system(args.system)
+    model, system = as_model(args.model), _system(args)
     job = _job(args)
     args.seq_len_resolved = job.seq_len_for(model)
     target = _goal(args, job)
@@ -800,6 +850,7 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
         payload = {
             "model": model.name,
             "system": system.name,
+            "hardware_overrides": _overrides_payload(args),
             "job": job.model_dump(mode="json"),
             "goal": result.goal,
             "status": result.status,

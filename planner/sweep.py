@@ -18,7 +18,7 @@ Study file (YAML or JSON)::
       hbm_gib: [80, 120]
       offload_gib: [512]
       offload_gbps: [25, 50, 100, 200]
-      scale_out_gbps: [50]
+      scale_out_gbps: [50]       # also scale_up_gbps, scale_up_domain (planner.hardware)
     goal: {min_mfu: 0.5}         # optional: max_step_s, min_mfu
 """
 
@@ -40,21 +40,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
+from planner.hardware import HardwareOverrides, override_system
 from planner.quantities import QUANTITIES
-from planner.specs import JobSpec, SystemSpec
+from planner.specs import JobSpec
 
-HARDWARE_AXES = ("hbm_gib", "offload_gib", "offload_gbps", "scale_out_gbps")
-
+HARDWARE_AXES = tuple(HardwareOverrides.model_fields)
+"""The hardware quantities a study may vary (planner.hardware)."""
 
 MAX_SCENARIOS = 1_000_000
 """Scenarios in one study (the product of its axes): past this, split the study."""
 STUDY_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-HARDWARE_LIMITS = {
-    "hbm_gib": lim.MAX_CAPACITY_GIB,
-    "offload_gib": lim.MAX_CAPACITY_GIB,
-    "offload_gbps": lim.MAX_BANDWIDTH_GBPS,
-    "scale_out_gbps": lim.MAX_BANDWIDTH_GBPS,
-}
 
 
 class BatchRule(BaseModel):
@@ -92,7 +87,12 @@ class Study(BaseModel):
             if not values:
                 raise ValueError(f"hardware.{key} needs at least one value")
             for v in values:
-                lim.check_range(f"hardware.{key}", v, 0, HARDWARE_LIMITS[key], low_open=True)
+                try:
+                    HardwareOverrides(**{key: v})
+                except ValidationError as error:
+                    raise ValueError(
+                        f"hardware.{key} = {v!r}: {error.errors()[0]['msg']}"
+                    ) from None
         return value
 
     @field_validator("gpus")
@@ -158,39 +158,6 @@ def scenarios(study: Study) -> Iterator[dict[str, Any]]:
         }
 
 
-def system_variant(system: SystemSpec, scenario: dict[str, Any]) -> SystemSpec:
-    """The system with the scenario's hardware overrides."""
-    from constraints.tables import with_bandwidth  # the solver's package: only when sweeping
-
-    if "hbm_gib" in scenario:
-        system = _capacity(system, 0, scenario["hbm_gib"])
-    if "offload_gib" in scenario or "offload_gbps" in scenario:
-        if not system.offload_tiers:
-            from planner.specs import MemoryTierSpec
-
-            tier = MemoryTierSpec(
-                name="offload",
-                capacity_gib=scenario.get("offload_gib", 512),
-                bandwidth_gbps=scenario.get("offload_gbps", 100),
-            )
-            system = system.model_copy(update={"memory_tiers": (*system.memory_tiers, tier)})
-        if "offload_gib" in scenario:
-            system = _capacity(system, 1, scenario["offload_gib"])
-        if "offload_gbps" in scenario:
-            system = with_bandwidth(system, "offload_bw", scenario["offload_gbps"])
-    if "scale_out_gbps" in scenario:
-        system = with_bandwidth(system, "scale_out_bw", scenario["scale_out_gbps"])
-    return system
-
-
-def _capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:
-    tiers = tuple(
-        t.model_copy(update={"capacity_gib": gib}) if i == tier else t
-        for i, t in enumerate(system.memory_tiers)
-    )
-    return system.model_copy(update={"memory_tiers": tiers})
-
-
 def run_scenario(study: Study, scenario: dict[str, Any]) -> dict[str, Any]:
     """One row: the scenario's inputs, then status, strategy, step time, MFU, memory per tier,
     solve time and, when nothing fits, the conflicting constraints."""
@@ -220,7 +187,7 @@ def _solve_scenario(
     from planner.plan import plan
 
     model = hardware_catalog.load_model(scenario["model"])
-    system = system_variant(hardware_catalog.load_system(scenario["system"]), scenario)
+    system = override_system(hardware_catalog.load_system(scenario["system"]), scenario)
     job = JobSpec(global_batch=scenario["global_batch"])
     target = PerformanceTarget(max_step_s=study.goal.max_step_s, min_mfu=study.goal.min_mfu)
     if study.query == "plan":

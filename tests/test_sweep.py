@@ -15,9 +15,10 @@ import yaml
 
 from planner.cli import main
 from planner.errors import InputError
+from planner.hardware import override_system
 from planner.plan import plan
 from planner.specs import JobSpec
-from planner.sweep import load_study, read_rows, run_study, system_variant
+from planner.sweep import load_study, read_rows, run_study
 
 STUDY = {
     "name": "tiny",
@@ -42,7 +43,7 @@ def test_rows_equal_individual_plans(tmp_path: Path) -> None:
     from hardware_catalog import load_system
 
     for row in rows:
-        system = system_variant(load_system(row["system"]), row)
+        system = override_system(load_system(row["system"]), row)
         alone = plan(
             row["model"],
             system,

@@ -1,0 +1,129 @@
+"""Hardware quantities a user may vary without editing a system file: the HBM and offload
+capacity, the offload bandwidth, the scale-up and scale-out bandwidth and the scale-up domain.
+
+``plan``, ``evaluate`` and ``min-hardware`` take them as flags (``--hbm-gib`` …), a study takes
+them as axes (``hardware: {hbm_gib: [80, 120]}``); both go through ``HardwareOverrides.apply``,
+which re-validates the changed system, so an override that breaks it (a scale-up domain not
+smaller than the next tier's) is one input error naming the flag. Every number is per GPU and
+per direction, like the system file's; a tier's efficiency is kept (the override is the raw
+bandwidth, as a datasheet gives it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner import limits as lim
+from planner.errors import InputError
+from planner.specs import MemoryTierSpec, SystemSpec
+
+OVERRIDE_LABELS = {
+    "hbm_gib": ("HBM", "GiB"),
+    "offload_gib": ("offload", "GiB"),
+    "offload_gbps": ("offload", "GB/s"),
+    "scale_up_gbps": ("scale-up", "GB/s"),
+    "scale_up_domain": ("scale-up domain", "GPUs"),
+    "scale_out_gbps": ("scale-out", "GB/s"),
+}
+"""Each override's short label and unit, for reports and the system's name."""
+
+
+class HardwareOverrides(BaseModel):
+    """Hardware quantities that replace the system file's (None: keep the file's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    hbm_gib: float | None = Field(default=None, gt=0, le=lim.MAX_CAPACITY_GIB)
+    offload_gib: float | None = Field(default=None, gt=0, le=lim.MAX_CAPACITY_GIB)
+    offload_gbps: float | None = Field(default=None, gt=0, le=lim.MAX_BANDWIDTH_GBPS)
+    scale_up_gbps: float | None = Field(default=None, gt=0, le=lim.MAX_BANDWIDTH_GBPS)
+    scale_up_domain: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
+    scale_out_gbps: float | None = Field(default=None, gt=0, le=lim.MAX_BANDWIDTH_GBPS)
+
+    def given(self) -> dict[str, float]:
+        """The overrides set, by field name."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+    def describe(self) -> str:
+        """'HBM 120 GiB, scale-out 50 GB/s' (empty if nothing is overridden)."""
+        labels = OVERRIDE_LABELS
+        return ", ".join(f"{labels[k][0]} {v:g} {labels[k][1]}" for k, v in self.given().items())
+
+    def apply(self, system: SystemSpec) -> SystemSpec:
+        """The system with these quantities; its name says what changed.
+
+        An offload override on a system without an offload tier adds one, which needs both its
+        capacity and its bandwidth. On a system with a single network tier (scale-up and
+        scale-out are one), ``scale_up_gbps`` and ``scale_out_gbps`` set the same tier and must
+        agree if both are given; a scale-up domain needs a second tier to bound."""
+        given = self.given()
+        if not given:
+            return system
+        data = system.model_dump()
+        memory, network = list(data["memory_tiers"]), list(data["network_tiers"])
+        data["memory_tiers"], data["network_tiers"] = memory, network
+        if self.hbm_gib is not None:
+            memory[0]["capacity_gib"] = self.hbm_gib
+        if self.offload_gib is not None or self.offload_gbps is not None:
+            if len(memory) == 1:
+                memory.append(self._new_offload_tier(system))
+            if self.offload_gib is not None:
+                memory[1]["capacity_gib"] = self.offload_gib
+            if self.offload_gbps is not None:
+                memory[1]["bandwidth_gbps"] = self.offload_gbps
+        self._set_network(system, network)
+        data["name"] = f"{system.name} ({self.describe()})"
+        try:
+            return SystemSpec.model_validate(data)
+        except ValidationError as error:
+            reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+            flags = " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in given.items())
+            invalid = f"system {system.name!r} would be invalid"
+            raise InputError(f"{flags}: {invalid}: {reason}") from None
+
+    def _new_offload_tier(self, system: SystemSpec) -> dict[str, Any]:
+        if self.offload_gib is None or self.offload_gbps is None:
+            missing = "--offload-gib" if self.offload_gib is None else "--offload-gbps"
+            raise InputError(
+                f"{missing}: system {system.name!r} has no offload tier; adding one needs both "
+                "--offload-gib and --offload-gbps"
+            )
+        tier = MemoryTierSpec(
+            name="offload", capacity_gib=self.offload_gib, bandwidth_gbps=self.offload_gbps
+        )
+        return tier.model_dump()
+
+    def _set_network(self, system: SystemSpec, network: list[dict[str, Any]]) -> None:
+        up, out = self.scale_up_gbps, self.scale_out_gbps
+        if len(network) == 1:
+            if up is not None and out is not None and up != out:
+                raise InputError(
+                    f"--scale-up-gbps = {up:g} and --scale-out-gbps = {out:g}: system "
+                    f"{system.name!r} has one network tier; give one of them"
+                )
+            if self.scale_up_domain is not None:
+                raise InputError(
+                    f"--scale-up-domain = {self.scale_up_domain}: system {system.name!r} has one "
+                    "network tier, which spans every GPU"
+                )
+        if up is not None:
+            network[0]["bandwidth_gbps"] = up
+        if out is not None:
+            network[-1]["bandwidth_gbps"] = out
+        if self.scale_up_domain is not None:
+            network[0]["domain_gpus"] = self.scale_up_domain
+
+
+def override_system(system: SystemSpec, values: dict[str, Any]) -> SystemSpec:
+    """``system`` with the override fields found in ``values`` (other keys ignored): a study's
+    scenario or parsed flags."""
+    fields = {k: values[k] for k in HardwareOverrides.model_fields if values.get(k) is not None}
+    try:
+        overrides = HardwareOverrides(**fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = "--" + str(first["loc"][0]).replace("_", "-")
+        raise InputError(f"{field} = {first['input']!r}: {first['msg']}") from None
+    return overrides.apply(system)
