@@ -13,11 +13,12 @@ matplotlib loads only inside ``plot``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from planner import limits as lim
@@ -469,6 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_cmd.add_argument(
         "--jobs", type=_whole(1, lim.MAX_JOBS), default=1, help="worker processes"
     )
+    sweep_cmd.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="name the conflicting constraints of each infeasible plan (one more solve each; "
+        "the study's `diagnose: true` does the same)",
+    )
 
     plot_cmd = commands.add_parser("plot", help="draw a sweep's results (needs .[plot])")
     plot_cmd.add_argument("results", help="a sweep's --out folder")
@@ -892,34 +899,15 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
 def run_sweep(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from planner.sweep import load_study, run_study
 
     study = load_study(args.study)
+    if args.diagnose:
+        study = study.model_copy(update={"diagnose": True})
     out = Path(args.out)
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-    ) as bar:
-        task = bar.add_task(study.name, total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with _sweep_progress(console, study.name) as progress:
         rows = run_study(study, out, jobs=args.jobs, progress=progress)
-    statuses = {}
+    statuses: dict[str, int] = {}
     for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     console.print(
@@ -927,6 +915,52 @@ def run_sweep(args: argparse.Namespace, console: Console) -> int:
         + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
     )
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _sweep_progress(console: Console, name: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback (done, total): a live bar with elapsed time and ETA on a terminal;
+    elsewhere (a log, CI) one line per tenth of the study, with the same ETA."""
+    if console.is_terminal:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        ) as bar:
+            task = bar.add_task(name, total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total)
+        return
+    import time
+
+    from planner.sweep import eta_line
+
+    started = time.perf_counter()
+    first: list[int] = []
+    shown: set[int] = set()
+
+    def progress(done: int, total: int) -> None:
+        if not first:
+            first.append(done)  # rows already there when the sweep resumed
+            return
+        tenth = (10 * done) // max(total, 1)
+        if tenth not in shown or done == total:
+            shown.add(tenth)
+            line = eta_line(name, done, total, first[0], time.perf_counter() - started)
+            console.print(line, markup=False, highlight=False)
+
+    yield progress
 
 
 def run_plot(args: argparse.Namespace, console: Console) -> int:

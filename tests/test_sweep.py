@@ -16,6 +16,7 @@ import yaml
 from planner.cli import main
 from planner.errors import InputError
 from planner.hardware import override_system
+from planner.limits import MAX_GLOBAL_BATCH
 from planner.plan import plan
 from planner.specs import JobSpec
 from planner.sweep import load_study, read_rows, run_study
@@ -142,3 +143,100 @@ def test_sweep_killed_at_any_moment_loses_and_duplicates_nothing(tmp_path: Path)
     key = lambda rows: sorted((r["id"], r["status"], r.get("step_time_s")) for r in rows)  # noqa: E731
     assert key(rows) == key(full)
     assert (out / "rows.csv").read_text().count("\n") == len(full) + 1
+
+
+AXES_STUDY = {
+    "name": "axes",
+    "models": ["gpt3-1.3b"],
+    "systems": ["dgx-h100"],
+    "gpus": [8],
+    "global_batch": {"tokens": 131072},
+    "job": {"seq_len": [1024, 2048], "grad_dtype": "bf16"},
+    "model_overrides": {"heads": [16, 32]},
+    "hardware": {"hbm_gib": 40, "scale_up_gbps": [225, 450]},
+}
+
+
+def test_job_model_and_hardware_axes_equal_individual_plans(tmp_path: Path) -> None:
+    """Each row is the plan of its own job, reshaped model and overridden system; the tokens
+    rule gives the batch that holds 128 Ki tokens at each sequence."""
+    rows = run_study(load_study(write(tmp_path, AXES_STUDY)), tmp_path / "out")
+    assert len(rows) == 8
+    from hardware_catalog import load_model, load_system
+
+    for row in rows:
+        assert row["global_batch"] * row["seq_len"] == 131072
+        assert row["grad_dtype"] == "bf16" and row["hbm_gib"] == 40
+        model = load_model("gpt3-1.3b").model_copy(update={"heads": row["model_heads"]})
+        system = override_system(load_system("dgx-h100"), row)
+        job = JobSpec(global_batch=row["global_batch"], seq_len=row["seq_len"], grad_dtype="bf16")
+        alone = plan(model, system, job, 8, diagnose=False)
+        assert row["status"] == alone.status == "optimal"
+        assert row["strategy"] == alone.strategy.describe()
+        assert row["step_time_s"] == pytest.approx(alone.estimate.step_time_s)
+    assert {r["id"] for r in rows} >= {
+        "gpt3-1.3b|dgx-h100|8|grad_dtype=bf16|hbm_gib=40|model_heads=16|scale_up_gbps=225"
+        "|seq_len=1024"
+    }
+    by_heads = {r["model_heads"]: r for r in rows if r["seq_len"] == 2048}
+    assert by_heads[16]["step_time_s"] != by_heads[32]["step_time_s"]
+
+
+def test_global_batch_as_an_axis_and_per_gpu_rule(tmp_path: Path) -> None:
+    listed = load_study(write(tmp_path, {**STUDY, "global_batch": [32, 64], "hardware": {}}))
+    from planner.sweep import scenarios
+
+    batches = sorted((s["gpus"], s["global_batch"]) for s in scenarios(listed))
+    assert batches == [(8, 32), (8, 32), (8, 64), (8, 64), (16, 32), (16, 32), (16, 64), (16, 64)]
+    assert all("|B=" in s["id"] for s in scenarios(listed))
+    ruled = load_study(write(tmp_path, {**STUDY, "hardware": {}}))  # per_gpu: 4
+    assert {(s["gpus"], s["global_batch"]) for s in scenarios(ruled)} == {(8, 32), (16, 64)}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"job": {"grad": ["bf16"]}}, "unknown job axis 'grad'; allowed: seq_len"),
+        ({"job": {"grad_dtype": ["fp16"]}}, "job.grad_dtype = 'fp16': Input should be"),
+        ({"job": {"seq_len": []}}, "job.seq_len needs at least one value"),
+        ({"job": {"stack": ["megatron"]}}, "did you mean"),
+        ({"model_overrides": {"name": ["x"]}}, "unknown model_overrides axis 'name'"),
+        ({"model_overrides": {"heads": [0]}}, "heads"),
+        ({"hardware": {"hbm_gib": [0]}}, "hardware.hbm_gib = 0: Input should be greater than 0"),
+        ({"global_batch": {"per_gpu": 1, "tokens": 4096}}, "exactly one of per_gpu, tokens"),
+        (
+            {"global_batch": {"tokens": MAX_GLOBAL_BATCH * 2048}, "job": {"seq_len": [1024]}},
+            "global batch of gpt3-1.3b at 8 GPUs, sequence 1024",
+        ),
+        ({"global_batch": {"per_gpu": -1}}, "global_batch: per_gpu: Input should be greater"),
+        ({"global_batch": []}, "global_batch needs at least one value"),
+    ],
+)
+def test_bad_axes_name_the_key(tmp_path: Path, change: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message) as error:
+        load_study(write(tmp_path, {**STUDY, **change}))
+    assert "\n" not in str(error.value)
+
+
+def test_diagnosis_on_request_and_progress_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An infeasible row names its conflicts only with --diagnose; a sweep whose output is
+    not a terminal prints progress lines with the time left."""
+    tight = write(tmp_path, {**STUDY, "models": ["llama2-7b"], "hardware": {"hbm_gib": [4]}})
+    assert main(["sweep", str(tight), "--out", str(tmp_path / "plain")]) == 0
+    out = capsys.readouterr().out
+    assert "tiny: 2/2 scenarios" in out and ", done" in out and "2 infeasible" in out
+    plain = read_rows(tmp_path / "plain")
+    assert all(r["status"] == "infeasible" and "conflict" not in r for r in plain)
+    assert main(["sweep", str(tight), "--out", str(tmp_path / "why"), "--diagnose"]) == 0
+    explained = read_rows(tmp_path / "why")
+    assert all("HBM" in r["conflict"] for r in explained)
+
+
+def test_eta_line_counts_only_this_runs_pace() -> None:
+    from planner.sweep import eta_line
+
+    assert eta_line("s", 30, 130, 10, 20.0) == "s: 30/130 scenarios, 20 s, about 1 min 40 s left"
+    assert eta_line("s", 10, 130, 10, 0.0) == "s: 10/130 scenarios, 0 s, starting"
+    assert eta_line("s", 130, 130, 0, 7300.0) == "s: 130/130 scenarios, 2 h 1 min, done"
