@@ -481,6 +481,22 @@ def build_parser() -> argparse.ArgumentParser:
     plot_cmd.add_argument("results", help="a sweep's --out folder")
     plot_cmd.add_argument("--kind", required=True, choices=list(PLOT_KINDS))
     plot_cmd.add_argument("--out", help="image file (.png or .svg); default: results/KIND.png")
+    plot_cmd.add_argument(
+        "--mfu-line",
+        type=_fraction,
+        action="append",
+        default=[],
+        metavar="F",
+        help="mfu-vs-gpus: a reference line at MFU F (0-1), e.g. 0.75; repeatable",
+    )
+    plot_cmd.add_argument(
+        "--gbps-line",
+        type=_number(0, lim.MAX_BANDWIDTH_GBPS),
+        action="append",
+        default=[],
+        metavar="GBPS",
+        help="offload-bandwidth: a reference line at this bandwidth, e.g. 100; repeatable",
+    )
 
     validate_cmd = commands.add_parser(
         "validate", help="predicted vs measured step time of real training runs"
@@ -966,9 +982,15 @@ def _sweep_progress(console: Console, name: str) -> Iterator[Callable[[int, int]
 def run_plot(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
-    from planner.plot import plot
+    from planner.plots import plot
 
-    path = plot(Path(args.results), args.kind, Path(args.out) if args.out else None)
+    path = plot(
+        Path(args.results),
+        args.kind,
+        Path(args.out) if args.out else None,
+        mfu_lines=tuple(args.mfu_line),
+        gbps_lines=tuple(args.gbps_line),
+    )
     console.print(f"wrote {path}")
     return EXIT_OK
 

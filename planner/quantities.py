@@ -16,7 +16,7 @@ QUANTITIES: dict[str, str] = {
 }
 
 PLOT_KINDS = ("mfu-vs-gpus", "breakdown", "memory", "offload-bandwidth", "offload-capacity")
-"""What ``planner plot --kind`` draws (planner.plot.KINDS)."""
+"""What ``planner plot --kind`` draws (planner.plots.KINDS)."""
 
 CALIBRATED_PARAMETERS = (
     "gemm_efficiency",

@@ -58,6 +58,8 @@ from planner.specs import JobSpec, ModelSpec
 HARDWARE_AXES = tuple(HardwareOverrides.model_fields)
 """The hardware quantities a study may vary (planner.hardware)."""
 
+STUDY_FILE = "study.json"
+"""The study as run, written next to its rows (plots title themselves with it)."""
 MAX_SCENARIOS = 1_000_000
 """Scenarios in one study (the product of its axes): past this, split the study."""
 STUDY_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -359,6 +361,7 @@ def _solve_scenario(
         strategy = minimum.strategy if minimum else None
         estimate = minimum.estimate if minimum else None
         status, diagnosis = found.status, found.diagnosis
+        row["minimize"] = study.minimize
         row["minimum"] = minimum.value if minimum else None
         row["minimum_unit"] = QUANTITIES[study.minimize]
     row.update(status=status, solve_time_s=_elapsed_s(started))
@@ -371,6 +374,7 @@ def _solve_scenario(
         row.update({f"time_{k}_s": v for k, v in estimate.breakdown_s.items()})
         for tier, items in estimate.memory_gib.items():
             row[f"memory_{tier}_gib"] = items["total"]
+            row[f"memory_{tier}_capacity_gib"] = items["capacity"]
             for item in ("weights", "gradients", "optimizer", "activations"):
                 if item in items:
                     row[f"memory_{tier}_{item}_gib"] = items[item]
@@ -394,6 +398,7 @@ def run_study(
     (a full disk, a crash of the machine) is dropped when the sweep resumes, by rewriting the
     file atomically (a temporary file, then ``os.replace``). rows.csv is replaced the same way."""
     out.mkdir(parents=True, exist_ok=True)
+    _replace_atomically(out / STUDY_FILE, study.model_dump_json(indent=2) + "\n")
     rows_path = out / "rows.jsonl"
     done = {row["id"]: row for row in _repair_rows(rows_path)}
     todo = [s for s in scenarios(study) if s["id"] not in done]
@@ -426,6 +431,14 @@ def run_study(
     ordered = [done[s["id"]] for s in scenarios(study) if s["id"] in done]
     write_csv(out / "rows.csv", ordered)
     return ordered
+
+
+def read_study(out: Path) -> Study | None:
+    """The study a results folder was swept from (None for a folder without one)."""
+    try:
+        return Study.model_validate_json((out / STUDY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValidationError):
+        return None
 
 
 def read_rows(out: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,325 @@
+"""What each plot shows, as data: a chart of panels holding bars or lines, built from a sweep's
+rows without drawing anything (planner.plots.render draws it), so the tests check the content —
+one bar per row, every row present, labels unique — rather than pixels.
+
+Labels name only what varies: the keys of a row that take more than one value across the
+study (model, system, GPU count, global batch, job fields, model-shape and hardware overrides)
+label the bars and lines; the ones that stay fixed go into the chart's title with the study's
+name. Small multiples keep each panel readable: one panel per model for MFU, step time and
+memory; one per GPU count (and other fixed combination) for offload bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import InputError
+from planner.hardware import OVERRIDE_LABELS
+from planner.sweep import HARDWARE_AXES, JOB_AXES, Study, scenario_model
+
+TIME_TERMS = (
+    "forward",
+    "backward",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "offload",
+    "bubble",
+    "dp_comm",
+    "optimizer",
+)
+"""The step-time terms of an estimate (Estimate.breakdown_s), bottom to top."""
+MEMORY_ITEMS = ("weights", "gradients", "optimizer", "activations")
+SCENARIO_KEYS = ("model", "system", "gpus", "global_batch")
+UNLIMITED_GBPS = 10_000.0
+"""An offload bandwidth at or above this (faster than any HBM) stands for "unlimited": the
+reference of the offload-bandwidth plot, not a point on its axis."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One row as a stacked bar: (series, value) segments bottom to top; ``capacity`` a marker
+    (the HBM a plan may fill); ``note`` says why a bar is empty (infeasible, error)."""
+
+    row_id: str
+    label: str
+    segments: tuple[tuple[str, float], ...]
+    capacity: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    points: tuple[tuple[float, float], ...]
+    row_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    xlabel: str
+    ylabel: str
+    bars: tuple[Bar, ...] = ()
+    lines: tuple[Line, ...] = ()
+    hlines: tuple[tuple[float, str], ...] = ()
+    vlines: tuple[tuple[float, str], ...] = ()
+    xlog: bool = False
+    ylim: tuple[float, float] | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    panels: tuple[Panel, ...]
+    hatched: frozenset[str] = field(default_factory=frozenset)
+    """Series drawn hatched (the offload tier's items)."""
+
+
+def axis_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The keys that place a row in the study: the scenario's and every axis a row carries."""
+    extra = {k for row in rows for k in row if _is_axis(k)}
+    return [*SCENARIO_KEYS, *sorted(extra)]
+
+
+def _is_axis(key: str) -> bool:
+    return key in HARDWARE_AXES or key in JOB_AXES or key.startswith("model_")
+
+
+def varying(rows: list[dict[str, Any]], keys: Iterable[str]) -> list[str]:
+    return [k for k in keys if len({_hashable(row.get(k)) for row in rows}) > 1]
+
+
+def _hashable(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def describe(key: str, value: object) -> str:
+    """One axis value in words: '16,384 GPUs', 'offload 25 GB/s', 'heads=160'."""
+    if key in ("model", "system"):
+        return str(value)
+    if key == "gpus":
+        return f"{value:,} GPUs"
+    if key == "global_batch":
+        return f"batch {value:,}"
+    if key in OVERRIDE_LABELS:
+        name, unit = OVERRIDE_LABELS[key]
+        return f"{name} {value:g} {unit}" if isinstance(value, float | int) else f"{name} {value}"
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{key.removeprefix('model_')}={shown}"
+
+
+def label(row: dict[str, Any], keys: Iterable[str]) -> str:
+    return ", ".join(describe(k, row.get(k)) for k in keys) or "plan"
+
+
+def title(study: Study | None, rows: list[dict[str, Any]], what: str) -> str:
+    """'<study>: <what> — <the fixed axes>'."""
+    fixed = [k for k in axis_keys(rows) if k not in varying(rows, axis_keys(rows))]
+    shown = ", ".join(describe(k, rows[0].get(k)) for k in fixed if rows[0].get(k) is not None)
+    name = study.name if study is not None else "sweep"
+    return f"{name}: {what}" + (f" — {shown}" if shown else "")
+
+
+def _groups(
+    rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows grouped by ``key``, groups and rows in the study's order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return groups
+
+
+def _feasible(row: dict[str, Any]) -> bool:
+    return row.get("step_time_s") is not None
+
+
+def _note(row: dict[str, Any]) -> str:
+    return "" if _feasible(row) else str(row.get("status", "no plan"))
+
+
+def _bar_panels(
+    rows: list[dict[str, Any]], ylabel: str, bar: Callable[[dict[str, Any], str], Bar]
+) -> tuple[Panel, ...]:
+    """A panel per model, a bar per row (feasible or not) labelled by the other varying keys."""
+    keys = [k for k in varying(rows, axis_keys(rows)) if k != "model"]
+    panels = []
+    for model, members in _groups(rows, lambda r: str(r["model"])).items():
+        bars = tuple(bar(row, label(row, keys)) for row in members)
+        panels.append(Panel(title=model, xlabel="", ylabel=ylabel, bars=bars))
+    return tuple(panels)
+
+
+def breakdown(rows: list[dict[str, Any]], study: Study | None) -> Chart:
+    """Step time by term, a stacked bar per row."""
+
+    def bar(row: dict[str, Any], text: str) -> Bar:
+        segments = tuple((term, float(row.get(f"time_{term}_s") or 0.0)) for term in TIME_TERMS)
+        return Bar(row["id"], text, segments if _feasible(row) else (), note=_note(row))
+
+    panels = _bar_panels(rows, "seconds per step", bar)
+    return Chart(title(study, rows, "step time by term"), panels)
+
+
+def memory(rows: list[dict[str, Any]], study: Study | None) -> Chart:
+    """Memory per GPU by item, HBM then each offload tier stacked (hatched), with the HBM
+    capacity marked on each bar."""
+    tiers = sorted({"_".join(k.split("_")[1:3]) for r in rows for k in r if _tier(k)})
+    names = {t: "offload" if len(tiers) == 1 else t.replace("_", " ") for t in tiers}
+
+    def bar(row: dict[str, Any], text: str) -> Bar:
+        if not _feasible(row):
+            return Bar(row["id"], text, (), note=_note(row))
+        segments = [
+            (f"HBM {i}", float(row.get(f"memory_hbm_{i}_gib") or 0.0)) for i in MEMORY_ITEMS
+        ]
+        other = float(row.get("memory_hbm_gib") or 0.0) - sum(v for _, v in segments)
+        segments.append(("HBM other (logits, reserve)", max(0.0, other)))
+        for tier in tiers:
+            segments += [
+                (f"{names[tier]} {i}", float(row.get(f"memory_{tier}_{i}_gib") or 0.0))
+                for i in MEMORY_ITEMS
+            ]
+        capacity = row.get("memory_hbm_capacity_gib")
+        return Bar(row["id"], text, tuple(segments), capacity=capacity)
+
+    panels = _bar_panels(rows, "GiB per GPU", bar)
+    hatched = frozenset(f"{names[t]} {i}" for t in tiers for i in MEMORY_ITEMS)
+    return Chart(title(study, rows, "memory per GPU by tier and item"), panels, hatched)
+
+
+def _tier(key: str) -> bool:
+    """memory_offload_<n>_gib: an offload tier's total."""
+    parts = key.split("_")
+    return len(parts) == 4 and parts[:2] == ["memory", "offload"] and parts[3] == "gib"
+
+
+def mfu_vs_gpus(
+    rows: list[dict[str, Any]], study: Study | None, mfu_lines: tuple[float, ...] = ()
+) -> Chart:
+    """MFU against GPU count: a panel per model, a line per combination of the other varying
+    keys; ``mfu_lines`` (fractions) drawn as reference lines."""
+    keys = [k for k in varying(rows, axis_keys(rows)) if k not in ("model", "gpus")]
+    hlines = tuple((100 * m, f"{m:.0%} MFU") for m in mfu_lines)
+    panels = []
+    for model, members in _groups(rows, lambda r: str(r["model"])).items():
+        lines = []
+        for text, points in _groups(
+            [r for r in members if _feasible(r)], lambda r: label(r, keys)
+        ).items():
+            points = sorted(points, key=lambda r: r["gpus"])
+            lines.append(
+                Line(
+                    text,
+                    tuple((float(r["gpus"]), 100 * float(r["mfu"])) for r in points),
+                    tuple(r["id"] for r in points),
+                )
+            )
+        missing = [label(r, ["gpus", *keys]) for r in members if not _feasible(r)]
+        panels.append(
+            Panel(
+                title=model,
+                xlabel="GPUs",
+                ylabel="MFU, %",
+                lines=tuple(lines),
+                hlines=hlines,
+                xlog=True,
+                ylim=(0.0, 100.0),
+                note=f"no plan: {len(missing)} of {len(members)}" if missing else "",
+            )
+        )
+    return Chart(title(study, rows, "MFU against GPU count"), tuple(panels))
+
+
+def offload_bandwidth(
+    rows: list[dict[str, Any]], study: Study | None, gbps_lines: tuple[float, ...] = ()
+) -> Chart:
+    """Relative performance against offload bandwidth: a line per model, a panel per fixed
+    combination of the other varying keys. Each line is relative to its own highest bandwidth:
+    "unlimited" where that is at least UNLIMITED_GBPS (the point is then the reference, not
+    drawn), else that bandwidth, said on the axis."""
+    rows = [r for r in rows if r.get("offload_gbps") is not None]
+    if not rows:
+        raise InputError("offload-bandwidth plots need a study with hardware.offload_gbps")
+    top = max(float(r["offload_gbps"]) for r in rows)
+    unlimited = top >= UNLIMITED_GBPS
+    reference = "unlimited offload bandwidth" if unlimited else f"{top:g} GB/s"
+    keys = [k for k in varying(rows, axis_keys(rows)) if k not in ("model", "offload_gbps")]
+    panels = []
+    for text, members in _groups(rows, lambda r: label(r, keys)).items():
+        lines, unplanned = [], []
+        for model, points in _groups(members, lambda r: str(r["model"])).items():
+            points = sorted(points, key=lambda r: float(r["offload_gbps"]))
+            best = points[-1]
+            if not _feasible(best):
+                unplanned.append(model)
+                continue
+            shown = [
+                r for r in points if _feasible(r) and float(r["offload_gbps"]) < UNLIMITED_GBPS
+            ]
+            lines.append(
+                Line(
+                    model,
+                    tuple(
+                        (float(r["offload_gbps"]), 100 * best["step_time_s"] / r["step_time_s"])
+                        for r in shown
+                    ),
+                    tuple(r["id"] for r in shown),
+                )
+            )
+        panels.append(
+            Panel(
+                title=text,
+                xlabel="offload bandwidth per GPU, GB/s",
+                ylabel=f"% of the speed with {reference}",
+                lines=tuple(lines),
+                vlines=tuple((g, f"{g:g} GB/s") for g in gbps_lines),
+                xlog=True,
+                note=f"no plan even at the highest bandwidth: {', '.join(unplanned)}"
+                if unplanned
+                else "",
+            )
+        )
+    return Chart(title(study, rows, "performance against offload bandwidth"), tuple(panels))
+
+
+def offload_capacity(rows: list[dict[str, Any]], study: Study | None) -> Chart:
+    """The least offload capacity that meets the study's goal, against model size: rows of a
+    min-hardware study minimising offload-capacity (a plan's usage is not a requirement)."""
+    if not rows or any(r.get("minimize") != "offload-capacity" for r in rows):
+        raise InputError(
+            "offload-capacity plots need a min-hardware study with minimize: offload-capacity "
+            "(the least capacity that meets its goal; what a plan happens to use is not a "
+            "requirement)"
+        )
+    keys = [k for k in varying(rows, axis_keys(rows)) if k != "model"]
+    lines, unreachable = [], []
+    for text, members in _groups(rows, lambda r: label(r, keys)).items():
+        points = []
+        for row in members:
+            if row.get("minimum") is None:
+                unreachable.append(describe("model", row["model"]))
+                continue
+            params = scenario_model(row).params
+            points.append((params / 1e12, float(row["minimum"]), row["id"]))
+        points.sort()
+        lines.append(Line(text, tuple((x, y) for x, y, _ in points), tuple(i for *_, i in points)))
+    goal = ""
+    if study is not None and (study.goal.min_mfu or study.goal.max_step_s):
+        goal = f" for MFU ≥ {study.goal.min_mfu:.0%}" if study.goal.min_mfu else ""
+        goal += f" for step ≤ {study.goal.max_step_s:g} s" if study.goal.max_step_s else ""
+    panel = Panel(
+        title=f"least offload capacity{goal}",
+        xlabel="model parameters, trillions",
+        ylabel="offload capacity per GPU, GiB",
+        lines=tuple(lines),
+        xlog=True,
+        note=f"not reachable: {', '.join(dict.fromkeys(unreachable))}" if unreachable else "",
+    )
+    return Chart(title(study, rows, "required offload capacity"), (panel,))

@@ -1,0 +1,157 @@
+"""Plots, checked on their data (planner.plots.charts), not their pixels: one bar per row and
+every row present, labels unique and naming only what varies, reference lines where asked, the
+offload-bandwidth plot relative to unlimited bandwidth, the offload-capacity plot only from a
+minimum-capacity study; then each kind drawn once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.cli import main
+from planner.errors import InputError
+from planner.plots import chart
+from planner.sweep import load_study, run_study
+
+PLAN_STUDY = {
+    "name": "small offload",
+    "models": ["gpt3-1.3b", "llama2-7b"],
+    "systems": ["h100-offload-512g"],
+    "gpus": [8, 16],
+    "global_batch": 64,
+    "hardware": {"hbm_gib": [1, 3, 12], "offload_gbps": [6.25, 100000]},
+}
+CAPACITY_STUDY = {
+    "name": "least offload",
+    "query": "min-hardware",
+    "minimize": "offload-capacity",
+    "models": ["gpt3-1.3b", "llama2-7b"],
+    "systems": ["h100-offload-512g"],
+    "gpus": [8],
+    "global_batch": 64,
+    "hardware": {"hbm_gib": 12},
+}
+
+
+def sweep(tmp_path: Path, study: dict, name: str) -> tuple[Path, list[dict]]:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(study))
+    out = tmp_path / name
+    return out, run_study(load_study(path), out, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def plan_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    return sweep(tmp_path_factory.mktemp("plots"), PLAN_STUDY, "plans")
+
+
+@pytest.mark.parametrize("kind", ["breakdown", "memory"])
+def test_bar_charts_have_one_bar_per_row_with_unique_labels(
+    plan_rows: tuple[Path, list[dict]], kind: str
+) -> None:
+    out, rows = plan_rows
+    drawn = chart(out, kind)
+    bars = [bar for panel in drawn.panels for bar in panel.bars]
+    assert sorted(bar.row_id for bar in bars) == sorted(row["id"] for row in rows)
+    assert [p.title for p in drawn.panels] == ["gpt3-1.3b", "llama2-7b"]
+    for panel in drawn.panels:
+        labels = [bar.label for bar in panel.bars]
+        assert len(labels) == len(set(labels)) == 12
+        assert all("h100-offload-512g" not in text and "batch" not in text for text in labels)
+    assert drawn.title.startswith("small offload: ")
+    assert "h100-offload-512g" in drawn.title and "batch 64" in drawn.title
+    by_id = {row["id"]: row for row in rows}
+    for bar in bars:
+        row = by_id[bar.row_id]
+        if row["status"] != "optimal":
+            assert bar.segments == () and bar.note == row["status"]
+    infeasible = [bar for bar in bars if bar.note]
+    assert infeasible and len(infeasible) < len(bars)  # 1 GiB is less than the HBM reserve
+
+
+def test_memory_bars_stack_both_tiers_and_mark_the_hbm(plan_rows: tuple[Path, list[dict]]) -> None:
+    out, rows = plan_rows
+    drawn = chart(out, "memory")
+    by_id = {row["id"]: row for row in rows}
+    assert drawn.hatched == {
+        f"offload {i}" for i in ("weights", "gradients", "optimizer", "activations")
+    }
+    offloading = 0
+    for bar in (b for p in drawn.panels for b in p.bars if b.segments):
+        row = by_id[bar.row_id]
+        assert bar.capacity == row["hbm_gib"]
+        values = dict(bar.segments)
+        hbm = sum(v for name, v in values.items() if name.startswith("HBM"))
+        assert hbm == pytest.approx(row["memory_hbm_gib"])
+        offload = sum(v for name, v in values.items() if name.startswith("offload"))
+        assert offload == pytest.approx(row["memory_offload_1_gib"])
+        offloading += offload > 0
+    assert offloading  # 3 GiB of HBM makes some plans offload
+
+
+def test_mfu_lines_cover_every_feasible_row_once(plan_rows: tuple[Path, list[dict]]) -> None:
+    out, rows = plan_rows
+    drawn = chart(out, "mfu-vs-gpus", mfu_lines=(0.75,))
+    ids = [i for panel in drawn.panels for line in panel.lines for i in line.row_ids]
+    assert sorted(ids) == sorted(r["id"] for r in rows if r["status"] == "optimal")
+    for panel in drawn.panels:
+        assert panel.hlines == ((75.0, "75% MFU"),)
+        assert len({line.label for line in panel.lines}) == len(panel.lines)
+        for line in panel.lines:
+            assert "GPUs" not in line.label and all(0 < y < 100 for _, y in line.points)
+
+
+def test_offload_bandwidth_is_relative_to_unlimited(plan_rows: tuple[Path, list[dict]]) -> None:
+    out, rows = plan_rows
+    drawn = chart(out, "offload-bandwidth", gbps_lines=(100,))
+    titles = [f"{g} GPUs, HBM {h} GiB" for g in (8, 16) for h in (1, 3, 12)]
+    assert [p.title for p in drawn.panels] == titles
+    assert drawn.panels[0].note.startswith("no plan even at the highest bandwidth: gpt3-1.3b")
+    lines = [line for panel in drawn.panels for line in panel.lines]
+    assert lines and all(p.ylabel.endswith("unlimited offload bandwidth") for p in drawn.panels)
+    assert all(panel.vlines == ((100, "100 GB/s"),) for panel in drawn.panels)
+    for line in lines:
+        assert [x for x, _ in line.points] == [6.25]  # the unlimited point is the reference
+        # An optimal plan at a lower bandwidth is never faster than at an unlimited one.
+        assert all(0 < y <= 100 + 1e-9 for _, y in line.points)
+    slowed = [y for line in lines for _, y in line.points if y < 99.9]
+    assert slowed  # offloading at 6.25 GB/s costs something somewhere
+
+
+def test_offload_capacity_needs_a_minimum_capacity_study(
+    tmp_path: Path, plan_rows: tuple[Path, list[dict]]
+) -> None:
+    with pytest.raises(
+        InputError, match="need a min-hardware study with minimize: offload-capacity"
+    ):
+        chart(plan_rows[0], "offload-capacity")
+    out, rows = sweep(tmp_path, CAPACITY_STUDY, "least")
+    drawn = chart(out, "offload-capacity")
+    (panel,) = drawn.panels
+    ((_, line),) = [(p.title, p.lines[0]) for p in drawn.panels]
+    minimum = {row["model"]: row["minimum"] for row in rows}
+    assert [y for _, y in line.points] == [minimum["gpt3-1.3b"], minimum["llama2-7b"]]
+    assert minimum["llama2-7b"] > 0  # 7B on 12 GiB HBM needs the offload tier
+    assert line.points[0][0] == pytest.approx(1.3e-3, rel=0.05)  # x: trillions of parameters
+
+
+def test_each_kind_draws_and_bad_requests_exit_2(
+    tmp_path: Path, plan_rows: tuple[Path, list[dict]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    out = plan_rows[0]
+    for kind in ("mfu-vs-gpus", "breakdown", "memory", "offload-bandwidth"):
+        target = tmp_path / f"{kind}.svg"
+        argv = ["plot", str(out), "--kind", kind, "--out", str(target)]
+        assert main([*argv, "--mfu-line", "0.75", "--gbps-line", "100"]) == 0
+        assert target.stat().st_size > 5000
+    least, _ = sweep(tmp_path, CAPACITY_STUDY, "least")
+    assert main(["plot", str(least), "--kind", "offload-capacity"]) == 0
+    assert (least / "offload-capacity.png").stat().st_size > 5000
+    capsys.readouterr()
+    assert main(["plot", str(out), "--kind", "offload-capacity"]) == 2
+    assert main(["plot", str(out), "--kind", "mfu-vs-gpus", "--mfu-line", "75"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and "--mfu-line" in errors[1]
