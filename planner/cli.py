@@ -235,9 +235,9 @@ def _system(args: argparse.Namespace) -> SystemSpec:
 
 
 def _overrides_payload(args: argparse.Namespace) -> dict[str, float]:
-    from planner.hardware import HardwareOverrides
+    from planner.hardware import overrides_from
 
-    return {k: getattr(args, k) for k in HardwareOverrides.model_fields if getattr(args, k, None)}
+    return overrides_from(vars(args)).given()
 
 
 def _add_target_args(parser: argparse.ArgumentParser) -> None:

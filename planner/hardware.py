@@ -48,8 +48,7 @@ class HardwareOverrides(BaseModel):
 
     def describe(self) -> str:
         """'HBM 120 GiB, scale-out 50 GB/s' (empty if nothing is overridden)."""
-        labels = OVERRIDE_LABELS
-        return ", ".join(f"{labels[k][0]} {v:g} {labels[k][1]}" for k, v in self.given().items())
+        return ", ".join(describe_override(k, v) for k, v in self.given().items())
 
     def apply(self, system: SystemSpec) -> SystemSpec:
         """The system with these quantities; its name says what changed.
@@ -116,14 +115,24 @@ class HardwareOverrides(BaseModel):
             network[0]["domain_gpus"] = self.scale_up_domain
 
 
-def override_system(system: SystemSpec, values: dict[str, Any]) -> SystemSpec:
-    """``system`` with the override fields found in ``values`` (other keys ignored): a study's
-    scenario or parsed flags."""
+def describe_override(key: str, value: float) -> str:
+    """One override in words: 'HBM 120 GiB', 'scale-up domain 72 GPUs'."""
+    name, unit = OVERRIDE_LABELS[key]
+    return f"{name} {value:g} {unit}"
+
+
+def overrides_from(values: dict[str, Any]) -> HardwareOverrides:
+    """The override fields found in ``values`` (other keys and None ignored): a study's scenario
+    or parsed flags; a bad one is an input error naming its flag."""
     fields = {k: values[k] for k in HardwareOverrides.model_fields if values.get(k) is not None}
     try:
-        overrides = HardwareOverrides(**fields)
+        return HardwareOverrides(**fields)
     except ValidationError as error:
         first = error.errors()[0]
         field = "--" + str(first["loc"][0]).replace("_", "-")
         raise InputError(f"{field} = {first['input']!r}: {first['msg']}") from None
-    return overrides.apply(system)
+
+
+def override_system(system: SystemSpec, values: dict[str, Any]) -> SystemSpec:
+    """``system`` with the overrides found in ``values`` (``overrides_from``)."""
+    return overrides_from(values).apply(system)

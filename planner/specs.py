@@ -60,6 +60,10 @@ class Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
+MODEL_NAMING_FIELDS = ("name", "description", "aliases", "sources")
+"""The ModelSpec fields that name and document a model rather than shape it."""
+
+
 class ModelSpec(Spec):
     """A decoder-only transformer.
 

@@ -53,7 +53,7 @@ from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
 from planner.hardware import HardwareOverrides, override_system
 from planner.quantities import QUANTITIES
-from planner.specs import JobSpec, ModelSpec
+from planner.specs import MODEL_NAMING_FIELDS, JobSpec, ModelSpec
 
 HARDWARE_AXES = tuple(HardwareOverrides.model_fields)
 """The hardware quantities a study may vary (planner.hardware)."""
@@ -71,9 +71,7 @@ Axis = AxisValue | tuple[AxisValue, ...]
 """A value, or a list of values: one more axis."""
 JOB_AXES = tuple(name for name in JobSpec.model_fields if name != "global_batch")
 """The job fields a study may set or vary (the global batch has its own key and rules)."""
-MODEL_AXES = tuple(
-    n for n in ModelSpec.model_fields if n not in ("name", "description", "aliases", "sources")
-)
+MODEL_AXES = tuple(n for n in ModelSpec.model_fields if n not in MODEL_NAMING_FIELDS)
 """The model fields a study may override (the shape, the default sequence, the experts)."""
 
 
@@ -280,6 +278,7 @@ def scenarios(study: Study) -> Iterator[dict[str, Any]]:
     global batch where it is an axis, then ``key=value`` for each other axis in key order."""
     axes = study.axes()
     keys = sorted(axes)
+    default_seq: dict[tuple, int] = {}  # per model and shape: not one validation per scenario
     for model, system, gpus, batch, *values in itertools.product(
         study.models, study.systems, study.gpus, study.batches, *(axes[k] for k in keys)
     ):
@@ -292,7 +291,12 @@ def scenarios(study: Study) -> Iterator[dict[str, Any]]:
         scenario |= chosen
         seq_len = 0
         if isinstance(batch, BatchRule) and batch.tokens is not None:
-            seq_len = int(chosen.get("seq_len") or scenario_model(scenario).seq_len)
+            shape = tuple(
+                (k, v) for k, v in scenario.items() if k == "model" or k.startswith("model_")
+            )
+            if shape not in default_seq:
+                default_seq[shape] = scenario_model(scenario).seq_len
+            seq_len = int(chosen.get("seq_len") or default_seq[shape])
         scenario["global_batch"] = _batch_value(batch, gpus, seq_len)
         yield scenario
 

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import hardware_catalog
 from planner.errors import InputError, describe_validation_error
 from planner.quantities import OFFLOAD_STEPS
-from planner.specs import ModelSpec, Strategy, SystemSpec
+from planner.specs import MODEL_NAMING_FIELDS, ModelSpec, Strategy, SystemSpec
 
-NOT_SHAPE_FIELDS = ("name", "description", "seq_len", "aliases", "sources")
+NOT_SHAPE_FIELDS = (*MODEL_NAMING_FIELDS, "seq_len")
 SHAPE_FIELDS = tuple(name for name in ModelSpec.model_fields if name not in NOT_SHAPE_FIELDS)
 """The ModelSpec fields that make a model's shape (a configuration that gives the same values as
 a catalog model reads as that model): every field but its naming, its sources and its default

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import InputError
-from planner.hardware import OVERRIDE_LABELS
+from planner.hardware import OVERRIDE_LABELS, describe_override
 from planner.sweep import HARDWARE_AXES, JOB_AXES, Study, scenario_model
 
 TIME_TERMS = (
@@ -107,9 +107,8 @@ def describe(key: str, value: object) -> str:
         return f"{value:,} GPUs"
     if key == "global_batch":
         return f"batch {value:,}"
-    if key in OVERRIDE_LABELS:
-        name, unit = OVERRIDE_LABELS[key]
-        return f"{name} {value:g} {unit}" if isinstance(value, float | int) else f"{name} {value}"
+    if key in OVERRIDE_LABELS and isinstance(value, float | int):
+        return describe_override(key, value)
     shown = f"{value:g}" if isinstance(value, float) else str(value)
     return f"{key.removeprefix('model_')}={shown}"
 
@@ -120,7 +119,8 @@ def label(row: dict[str, Any], keys: Iterable[str]) -> str:
 
 def title(study: Study | None, rows: list[dict[str, Any]], what: str) -> str:
     """'<study>: <what> — <the fixed axes>'."""
-    fixed = [k for k in axis_keys(rows) if k not in varying(rows, axis_keys(rows))]
+    keys = axis_keys(rows)
+    fixed = [k for k in keys if k not in varying(rows, keys)]
     shown = ", ".join(describe(k, rows[0].get(k)) for k in fixed if rows[0].get(k) is not None)
     name = study.name if study is not None else "sweep"
     return f"{name}: {what}" + (f" — {shown}" if shown else "")
