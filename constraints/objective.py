@@ -112,6 +112,8 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             f"dp_per_step_comm_{stage}", variables.ub(micro_batches) * variables.ub(per_mb)
         )
         m.AddMultiplicationEquality(comm_all, [micro_batches, per_mb])
+        # The once-per-step traffic that hides holds the link in its window: C − E of each.
+        held = [(1, after), (-1, exposed_after), (1, before), (-1, exposed_before)]
         exposed_mb = _exposed_once(
             variables,
             f"dp_micro_batch_exposed_{stage}",
@@ -120,6 +122,7 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             stage,
             overlap,
             stage_step,
+            held,
         )
         stage_sums.append([exposed_after, exposed_before, exposed_mb])
     dp_exposed = variables.new_int(
@@ -191,13 +194,20 @@ def _exposed_once(
     stage: str,
     overlap: cp_model.IntVar | None,
     stage_window: list[tuple[int, cp_model.IntVar, int]] = (),
+    held: list[tuple[int, cp_model.IntVar]] = (),
 ) -> cp_model.IntVar:
-    """max(0, comm − k·window − stage window) for a stage of k blocks: x ≥ that under each
-    layout literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation
+    """max(0, comm + held − k·window − stage window) for a stage of k blocks: x ≥ that under
+    each layout literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation
     makes it the max). Window terms are (coefficient, variable, pp power): the coefficient is
-    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage."""
+    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage.
+
+    ``held`` is the once-per-step traffic hidden in the same windows, C − E per part
+    (planner/cost/step.py). E is itself minimised, so C − E is its exact value at the optimum:
+    raising an E by one lowers this bound by one and leaves their sum, max(E, comm + C − …),
+    as the cost model's."""
     m = variables.model
-    exposed = variables.new_int(name, variables.ub(comm))
+    held_ub = upper(variables, [(c, v) for c, v in held if c > 0])
+    exposed = variables.new_int(name, variables.ub(comm) + held_ub)
     if overlap is None:
         m.Add(exposed >= comm)
         return exposed
@@ -206,5 +216,7 @@ def _exposed_once(
         blocks = layout.blocks if stage == "first" else layout.last
         window_k = sum(coef * layout.pp**power * var for coef, var, power in window)
         whole = sum(coef * layout.pp**power * var for coef, var, power in stage_window)
-        m.Add(exposed >= comm - blocks * window_k - whole).OnlyEnforceIf([overlap, chosen])
+        m.Add(exposed >= comm + linear(held) - blocks * window_k - whole).OnlyEnforceIf(
+            [overlap, chosen]
+        )
     return exposed
