@@ -166,12 +166,27 @@ def stack_names() -> list[str]:
     return _names("stacks")
 
 
-def _looks_like_path(name: str) -> bool:
+def is_spec_path(name: str) -> bool:
+    """Whether a name stands for a user's spec file rather than a catalog entry."""
     return name.endswith((".yaml", ".yml", ".json")) or "/" in name or "\\" in name
 
 
+_PRELOADED: dict[tuple[str, str], BaseModel] = {}
+"""User spec files read elsewhere, by (kind, path as written): see ``preload``."""
+
+
+def preload(kind: str, name: str, spec: BaseModel) -> None:
+    """Answer ``name`` (a spec file's path) of ``kind`` ("systems", "models", "stacks") with
+    ``spec`` in this process, without reading the file: a sweep's remote workers get the
+    driver's files this way (they may run on machines that do not have them)."""
+    _PRELOADED[(kind, name)] = spec
+
+
 def _resolve(kind: str, name: str, spec_type: type[SpecT], what: str) -> SpecT:
-    if _looks_like_path(name):
+    if is_spec_path(name):
+        preloaded = _PRELOADED.get((kind, name))
+        if isinstance(preloaded, spec_type):
+            return preloaded
         return read_spec_file(Path(name), spec_type, what)
     file_name = _file_for(kind, name)
     if file_name is None:

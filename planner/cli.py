@@ -186,8 +186,7 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
     parser.add_argument(
         "--hbm-usable-fraction",
         type=_fraction,
-        default=0.95,
-        help="share of HBM a plan may use (default 0.95)",
+        help="share of HBM a plan may use (default: the stack's, 0.95 but for calculon's 1)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_hardware_args(parser)
@@ -468,7 +467,21 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_cmd.add_argument("study", help="YAML/JSON study file")
     sweep_cmd.add_argument("--out", required=True, help="results folder (resumed if present)")
     sweep_cmd.add_argument(
-        "--jobs", type=_whole(1, lim.MAX_JOBS), default=1, help="worker processes"
+        "--jobs",
+        type=_whole(1, lim.MAX_JOBS),
+        default=1,
+        help="worker processes (with --backend ray and no --address: the local Ray's CPUs)",
+    )
+    sweep_cmd.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this machine's processes; ray: Ray tasks (pip install 'planner[ray]')",
+    )
+    sweep_cmd.add_argument(
+        "--address",
+        help="with --backend ray: the cluster to join (HOST:PORT of its head, ray://HOST:PORT "
+        "or auto); default: a local Ray instance for this sweep",
     )
     sweep_cmd.add_argument(
         "--diagnose",
@@ -922,7 +935,14 @@ def run_sweep(args: argparse.Namespace, console: Console) -> int:
         study = study.model_copy(update={"diagnose": True})
     out = Path(args.out)
     with _sweep_progress(console, study.name) as progress:
-        rows = run_study(study, out, jobs=args.jobs, progress=progress)
+        rows = run_study(
+            study,
+            out,
+            jobs=args.jobs,
+            progress=progress,
+            backend=args.backend,
+            address=args.address,
+        )
     statuses: dict[str, int] = {}
     for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1

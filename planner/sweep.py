@@ -42,7 +42,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -216,8 +216,11 @@ class Study(BaseModel):
 
 def load_study(path: str | Path) -> Study:
     """A study file, every problem one line naming the key (names resolved here too; every
-    model with every shape override checked, and every global batch a rule gives)."""
+    model with every shape override checked, and every global batch a rule gives). A relative
+    path to a spec file is looked up next to the study file first, then in the working
+    directory; the row keeps the path as written."""
     study = hardware_catalog.read_spec_file(Path(path), Study, "study")
+    _preload_beside(study, Path(path).parent)
     for name in study.systems:
         hardware_catalog.load_system(name)
     for name in _as_axis(study.job.get("stack", ())):
@@ -387,20 +390,34 @@ def _solve_scenario(
     return row
 
 
+Rows = Generator[dict[str, Any], None, None]
+"""Rows of a study as its scenarios finish, in any order (a backend's answer)."""
+BACKENDS = ("local", "ray")
+"""Where a sweep's scenarios run: this machine's processes, or Ray (planner.ray_backend)."""
+
+
 def run_study(
     study: Study,
     out: Path,
     jobs: int = 1,
     progress: Callable[[int, int], None] | None = None,
     stop_after: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run every scenario not yet in ``out/rows.jsonl``; return all rows (old and new).
+    ``jobs`` worker processes on this machine (``backend="local"``), or Ray tasks
+    (``backend="ray"``: a local Ray instance with ``jobs`` CPUs, or the cluster at ``address``);
     ``stop_after`` stops after that many new rows (to test interruption).
 
     Kill-safe: each row is appended by one ``write`` system call on an O_APPEND descriptor, so
     a process killed at any moment (even SIGKILL) leaves whole lines; a line cut short anyway
     (a full disk, a crash of the machine) is dropped when the sweep resumes, by rewriting the
     file atomically (a temporary file, then ``os.replace``). rows.csv is replaced the same way."""
+    if backend not in BACKENDS:
+        raise InputError(f"backend = {backend!r}: allowed: {', '.join(BACKENDS)}")
+    if address is not None and backend != "ray":
+        raise InputError(f"--address {address!r} names a Ray cluster: it needs --backend ray")
     out.mkdir(parents=True, exist_ok=True)
     _replace_atomically(out / STUDY_FILE, study.model_dump_json(indent=2) + "\n")
     rows_path = out / "rows.jsonl"
@@ -411,30 +428,81 @@ def run_study(
         progress(len(done), total)
     if stop_after is not None:
         todo = todo[:stop_after]
+    if backend == "ray":
+        from planner.ray_backend import run_on_ray
+
+        finished = run_on_ray(study, todo, jobs, address)
+    else:
+        finished = _run_locally(study, todo, jobs)
     sink = os.open(rows_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-
-        def record(row: dict[str, Any]) -> None:
+        for row in finished:
             os.write(sink, (json.dumps(row) + "\n").encode("utf-8"))
             done[row["id"]] = row
             if progress:
                 progress(len(done), total)
-
-        if jobs <= 1:
-            for scenario in todo:
-                record(run_scenario(study, scenario))
-        else:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = [pool.submit(run_scenario, study, s) for s in todo]
-                for future in as_completed(futures):
-                    record(future.result())
     finally:
         os.close(sink)
+        finished.close()  # stops what is still queued or running (an interrupt, a failure)
     ordered = [done[s["id"]] for s in scenarios(study) if s["id"] in done]
     write_csv(out / "rows.csv", ordered)
     return ordered
+
+
+def _run_locally(study: Study, todo: list[dict[str, Any]], jobs: int) -> Rows:
+    """The rows of ``todo`` as they finish: in this process, or in ``jobs`` worker processes
+    (closing the generator drops the scenarios not yet started)."""
+    if jobs <= 1:
+        for scenario in todo:
+            yield run_scenario(study, scenario)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(
+        max_workers=jobs, initializer=preload_files, initargs=(spec_files(study),)
+    )
+    try:
+        futures = [pool.submit(run_scenario, study, s) for s in todo]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+SpecFiles = list[tuple[str, str, BaseModel]]
+"""The user's spec files of a study: (kind, path as written, spec)."""
+LOADERS: dict[str, Callable[[str], BaseModel]] = {
+    "systems": hardware_catalog.load_system,
+    "models": hardware_catalog.load_model,
+    "stacks": hardware_catalog.load_stack,
+}
+
+
+def _named_files(study: Study) -> list[tuple[str, str]]:
+    """(kind, name) of every system, model and stack the study gives as a path."""
+    named = [("systems", n) for n in study.systems] + [("models", n) for n in study.models]
+    named += [("stacks", str(n)) for n in _as_axis(study.job.get("stack", ()))]
+    return [(kind, n) for kind, n in named if hardware_catalog.is_spec_path(n)]
+
+
+def _preload_beside(study: Study, folder: Path) -> None:
+    """Answer each relative spec path that names a file next to the study with that file."""
+    for kind, name in _named_files(study):
+        beside = folder / name
+        if not Path(name).is_absolute() and beside.is_file():
+            hardware_catalog.preload(kind, name, LOADERS[kind](str(beside)))
+
+
+def spec_files(study: Study) -> SpecFiles:
+    """The user's spec files a study names, read here, for workers that may not have them (or
+    not at the path as written)."""
+    return [(kind, n, LOADERS[kind](n)) for kind, n in _named_files(study)]
+
+
+def preload_files(files: SpecFiles) -> None:
+    """In a worker: answer the study's spec paths with the specs the sweep's process read."""
+    for kind, name, spec in files:
+        hardware_catalog.preload(kind, name, spec)
 
 
 def read_study(out: Path) -> Study | None:

@@ -240,3 +240,30 @@ def test_eta_line_counts_only_this_runs_pace() -> None:
     assert eta_line("s", 30, 130, 10, 20.0) == "s: 30/130 scenarios, 20 s, about 1 min 40 s left"
     assert eta_line("s", 10, 130, 10, 0.0) == "s: 10/130 scenarios, 0 s, starting"
     assert eta_line("s", 130, 130, 0, 7300.0) == "s: 130/130 scenarios, 2 h 1 min, done"
+
+
+def test_spec_paths_are_found_next_to_the_study_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study names a system and a stack by relative paths beside it: the sweep finds them from
+    any working directory (rows keep the path as written), and in its worker processes."""
+    from hardware_catalog import load_system
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    system = load_system("dgx-h100").model_dump(mode="json") | {"name": "mine", "aliases": []}
+    (folder / "my-system.yaml").write_text(yaml.safe_dump(system))
+    (folder / "my-stack.yaml").write_text(yaml.safe_dump({"name": "mine", "gemm_efficiency": 0.5}))
+    study = {**STUDY, "systems": ["my-system.yaml"], "job": {"stack": "my-stack.yaml"}}
+    path = write(folder, study)
+    monkeypatch.chdir(tmp_path)  # not where the files are
+    rows = run_study(load_study(path), tmp_path / "out", jobs=2)
+    assert {r["system"] for r in rows} == {"my-system.yaml"}
+    assert {r["status"] for r in rows} <= {"optimal", "infeasible"} and len(rows) == 8
+    reference = run_study(
+        load_study(write(tmp_path, {**STUDY, "job": {"stack": str(folder / "my-stack.yaml")}})),
+        tmp_path / "reference",
+    )
+    assert sorted(r.get("step_time_s") or 0 for r in rows) == sorted(
+        r.get("step_time_s") or 0 for r in reference
+    )

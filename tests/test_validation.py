@@ -16,6 +16,7 @@ from planner.errors import InputError
 from planner.specs import JobSpec, Strategy
 from planner.validation import (
     BUNDLED_DATASET,
+    CrossValidation,
     Dataset,
     MeasuredRun,
     cross_validate,
@@ -51,8 +52,14 @@ def test_every_calibration_run_fits_in_memory() -> None:
         assert estimate.fits, (run.id, estimate.overflows)
 
 
-def test_cross_validated_error_per_source() -> None:
-    result = cross_validate(load_dataset())
+@pytest.fixture(scope="module")
+def cross_validated() -> CrossValidation:
+    """The bundled dataset cross-validated once (~30 s) for the tests that read it."""
+    return cross_validate(load_dataset())
+
+
+def test_cross_validated_error_per_source(cross_validated: CrossValidation) -> None:
+    result = cross_validated
     assert len(result.folds) >= 5
     assert result.overall.mean_abs_error <= CROSS_VALIDATED_MEAN
     for fold in result.folds:
@@ -150,7 +157,16 @@ def test_validate_and_calibrate_commands(
     assert set(payload["after"]) == {"gemm_efficiency"} and payload["runs"]
 
 
-def test_cross_validate_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cross_validate_command(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    cross_validated: CrossValidation,
+) -> None:
+    """The command's table and JSON (of the module's cross-validation: computing it is the test
+    above's, printing it this one's)."""
+    import planner.validation
+
+    monkeypatch.setattr(planner.validation, "cross_validate", lambda dataset: cross_validated)
     assert main(["validate", "--cross-validate"]) == 0
     out = capsys.readouterr().out
     assert "leave one source out" in out and "llm-foundry-a100" in out

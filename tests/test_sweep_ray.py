@@ -1,0 +1,218 @@
+"""Sweeps on Ray (``planner sweep --backend ray``): the same rows as the local backend, resumable,
+the user's spec files sent to the workers, and every bad request one line with exit code 2.
+
+Ray is an optional extra; CI installs it (.ci/run) and sets PLANNER_REQUIRE_RAY=1, so these tests
+fail there rather than skip when Ray is missing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import planner
+from planner.cli import main
+from planner.errors import InputError
+from planner.sweep import load_study, run_study, scenarios
+
+if os.environ.get("PLANNER_REQUIRE_RAY"):
+    import ray
+else:
+    ray = pytest.importorskip("ray")
+
+STUDY = {
+    "name": "tiny on ray",
+    "models": ["gpt3-1.3b", "llama2-7b"],
+    "systems": ["dgx-h100"],
+    "gpus": [8, 16],
+    "global_batch": {"per_gpu": 4},
+    "hardware": {"hbm_gib": [16, 80]},
+}
+
+
+def write(tmp_path: Path, study: dict) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    return path
+
+
+def key(rows: list[dict]) -> list[tuple]:
+    return sorted((r["id"], r["status"], r.get("strategy"), r.get("step_time_s")) for r in rows)
+
+
+def test_cli_ray_sweep_joins_a_running_cluster(tmp_path: Path) -> None:
+    """`ray start --head --block` on a free port, then `planner sweep --backend ray --address
+    HOST:PORT` in another process: the rows of the local backend. The head is this test's own
+    process (stopped with it), so a developer's other Ray instances are left alone."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = os.environ | {"RAY_AUTH_MODE": "disabled"}
+    head = subprocess.Popen(
+        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
+        + ["--port", str(port), "--num-cpus", "2", "--include-dashboard", "false"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_port(port, head)
+        study = write(tmp_path, STUDY)
+        joined = subprocess.run(
+            [sys.executable, "-m", "planner", "sweep", str(study), "--backend", "ray"]
+            + ["--out", str(tmp_path / "ray"), "--address", f"127.0.0.1:{port}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
+    assert joined.returncode == 0, joined.stderr
+    assert "8 scenarios" in joined.stdout
+    from planner.sweep import read_rows
+
+    local = run_study(load_study(study), tmp_path / "local")
+    assert key(read_rows(tmp_path / "ray")) == key(local)
+
+
+def _wait_for_port(port: int, head: subprocess.Popen, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert head.poll() is None, "ray start --head exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"no Ray head on port {port} after {timeout_s} s")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--address", "10.0.0.1:6379"], "names a Ray cluster: it needs --backend ray"),
+        (["--backend", "ray", "--address", "head"], "expected HOST:PORT"),
+        (["--backend", "ray", "--address", "127.0.0.1:1"], "no Ray cluster answers there"),
+        (["--backend", "dask"], "invalid choice: 'dask'"),
+    ],
+)
+def test_bad_backend_requests_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    study = write(tmp_path, STUDY)
+    assert main(["sweep", str(study), "--out", str(tmp_path / "r"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_ray_missing_names_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    study = write(tmp_path, STUDY)
+    assert main(["sweep", str(study), "--out", str(tmp_path / "r"), "--backend", "ray"]) == 2
+    assert "pip install 'planner[ray]'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance for the module's API tests (run_study joins it and leaves it up)."""
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    yield
+    ray.shutdown()
+
+
+def test_cli_ray_sweep_starts_a_local_instance_and_equals_local_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not ray.is_initialized()
+    study = write(tmp_path, STUDY)
+    args = ["sweep", str(study), "--jobs", "2"]
+    assert main([*args, "--out", str(tmp_path / "ray"), "--backend", "ray"]) == 0
+    out = capsys.readouterr().out
+    assert "8 scenarios" in out and "tiny on ray: 8/8 scenarios" in out
+    assert not ray.is_initialized()  # the instance it started is gone
+    assert main([*args, "--out", str(tmp_path / "local")]) == 0
+    from planner.sweep import read_rows
+
+    assert key(read_rows(tmp_path / "ray")) == key(read_rows(tmp_path / "local"))
+
+
+def test_interrupted_ray_sweep_resumes_to_the_same_rows(tmp_path: Path, local_ray: None) -> None:
+    study = load_study(write(tmp_path, STUDY))
+    partial = run_study(study, tmp_path / "r", stop_after=3, backend="ray")
+    assert len(partial) == 3
+    resumed = run_study(study, tmp_path / "r", backend="ray")
+    assert ray.is_initialized()  # joined, not started: left running
+    full = run_study(study, tmp_path / "local")
+    assert key(resumed) == key(full)
+    lines = (tmp_path / "r" / "rows.jsonl").read_text().splitlines()
+    assert len(lines) == len({line for line in lines}) == 8
+
+
+def test_a_node_with_another_planner_version_is_refused(
+    tmp_path: Path, local_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    study = load_study(write(tmp_path, STUDY))
+    monkeypatch.setattr(planner, "__version__", "0.0.0-driver")
+    with pytest.raises(InputError, match="a node runs planner .*, this process 0.0.0-driver"):
+        run_study(study, tmp_path / "r", backend="ray")
+
+
+def test_workers_get_the_users_spec_files_from_the_driver(tmp_path: Path) -> None:
+    """A worker answers a system and a stack given as paths it cannot read (another machine)
+    with the specs the driver read: the same row as with the files."""
+    from planner.ray_backend import _remote_scenario
+    from planner.sweep import run_scenario, spec_files
+
+    system = tmp_path / "my-system.yaml"
+    system.write_text(yaml.safe_dump({"name": "mine", "aliases": [], **_system_fields()}))
+    stack = tmp_path / "my-stack.yaml"
+    stack.write_text(yaml.safe_dump({"name": "my-stack", "gemm_efficiency": 0.8}))
+    study = load_study(
+        write(
+            tmp_path,
+            {
+                **STUDY,
+                "systems": [str(system)],
+                "job": {"stack": str(stack)},
+                "hardware": {},
+                "models": ["gpt3-1.3b"],
+            },
+        )
+    )
+    files = spec_files(study)
+    assert {(kind, name) for kind, name, _ in files} == {
+        ("systems", str(system)),
+        ("stacks", str(stack)),
+    }
+    scenario = next(scenarios(study))
+    with_files = run_scenario(study, scenario)
+    system.unlink()
+    stack.unlink()
+    assert run_scenario(study, scenario)["status"] == "error"  # the files are gone here
+    version, row = _remote_scenario(study, scenario, files)
+    assert version == planner.__version__
+    assert row["status"] == with_files["status"] == "optimal"
+    assert row["step_time_s"] == with_files["step_time_s"]
+
+
+def _system_fields() -> dict:
+    import hardware_catalog
+
+    data = hardware_catalog.load_system("dgx-h100").model_dump(mode="json")
+    return {k: v for k, v in data.items() if k not in ("name", "aliases")}
