@@ -24,7 +24,6 @@ import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from timing import timed
 
@@ -35,10 +34,7 @@ from planner.specs import JobSpec, MemoryTierSpec, ModelSpec, SystemSpec
 
 SHOWN_SLOWEST = 8
 QUICK_COUNT = 50
-POSTER = str(
-    Path(__file__).resolve().parent.parent
-    / "examples/multi_trillion/h100-offload-512g-poster-assumptions.yaml"
-)
+POSTER = "h100-offload-512g-poster"
 """The SC23 poster's H100 (Calculon's efficiencies: matmul 0.95, no stack penalty)."""
 
 
@@ -101,7 +97,9 @@ def _scaled(value: float, rng: random.Random, low: float, high: float) -> float:
 def random_system(rng: random.Random) -> SystemSpec:
     """A catalog system with its matmul curve ×0.7–1.2 (≤ 1), bandwidths ×1/4–4, capacities
     ×1/2–4, and in a third of the cases an offload tier added (or its numbers redrawn)."""
-    base = hardware_catalog.load_system(rng.choice([*hardware_catalog.system_names(), POSTER]))
+    base = hardware_catalog.load_system(
+        rng.choice([*(n for n in hardware_catalog.system_names() if n != POSTER), POSTER])
+    )
     factor = rng.uniform(0.7, 1.2)
     curve = tuple(
         point.model_copy(update={"efficiency": min(1.0, point.efficiency * factor)})

@@ -62,7 +62,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             return capacity
         return variables.new_int(name, math.floor(NEED_CAP_BYTES / unit))
 
-    usable_bytes = ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * (1 << 30)
+    usable_bytes = ctx.system.hbm.capacity_gib * ctx.hbm_usable_fraction * (1 << 30)
     usable = math.floor(usable_bytes / unit)
 
     resident = ctx.stack.offload_resident_blocks

@@ -349,7 +349,7 @@ class _Session:
                 return Conflict(family=family, label=label, detail="no strategy fits even then")
             gib, strategy = least
             if family == "hbm":
-                capacity = gib / ctx.job.hbm_usable_fraction
+                capacity = gib / ctx.hbm_usable_fraction
                 detail = (
                     f"the least HBM any strategy needs here is {capacity:.1f} GiB per "
                     f"GPU ({strategy.describe()}: {_hbm_items(ctx, strategy)}); the "
@@ -531,7 +531,7 @@ class _Session:
     # -- the fixes ---------------------------------------------------------------------------
     def relaxations(self, core: set[str]) -> list[Relaxation]:
         ctx = self.ctx
-        system, job = ctx.system, ctx.job
+        system = ctx.system
         found: list[Relaxation] = []
         fewest = None if self.out_of_time() else self.fewest_gpus()
         if fewest and fewest[0] != self.gpus:
@@ -542,7 +542,7 @@ class _Session:
         if "hbm" in core and not self.out_of_time():
             least = self.least_memory("hbm")
             if least is not None:
-                capacity = math.ceil(least[0] / job.hbm_usable_fraction * 10) / 10
+                capacity = math.ceil(least[0] / ctx.hbm_usable_fraction * 10) / 10
                 bigger = _with_tier(system, 0, capacity)
                 found.append(
                     _verified(

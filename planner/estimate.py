@@ -65,7 +65,7 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
     stages = {"hbm": name}
     overflows: list[str] = []
     hbm = ctx.system.hbm
-    usable = hbm.capacity_gib * ctx.job.hbm_usable_fraction
+    usable = hbm.capacity_gib * ctx.hbm_usable_fraction
     hbm_items = {name: _scalar(value) / BYTES_PER_GIB for name, value in stage.items().items()}
     hbm_total = _scalar(terms.hbm_bytes) / BYTES_PER_GIB
     memory["hbm"] = {
@@ -78,7 +78,7 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
     if hbm_total > usable:
         overflows.append(
             f"HBM: needs {hbm_total:.1f} GiB per GPU, {usable:.1f} GiB usable "
-            f"({ctx.job.hbm_usable_fraction:.0%} of {hbm.capacity_gib:g} GiB): "
+            f"({ctx.hbm_usable_fraction:.0%} of {hbm.capacity_gib:g} GiB): "
             f"over by {hbm_total - usable:.1f} GiB"
         )
     for index, tier in enumerate(ctx.system.offload_tiers, start=1):

@@ -374,7 +374,7 @@ class _Query:
             return ("unknown", None, None)
         gib = solver.Value(need) * built.needs.unit_bytes / BYTES_PER_GIB
         if family == "hbm":
-            gib /= self.job.hbm_usable_fraction
+            gib /= self.ctx.hbm_usable_fraction
         tier = 0 if family == "hbm" else 1
         steps, result, below = self.settle_capacity(
             system, tier, step, math.ceil(gib / step - 1e-9)

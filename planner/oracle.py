@@ -79,7 +79,7 @@ def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> 
     """The ``top`` fastest valid strategies that fit in memory, fastest first."""
     best_steps: list[np.ndarray] = []
     best_values: list[dict[str, np.ndarray]] = []
-    usable_bytes = ctx.system.hbm.capacity_gib * ctx.job.hbm_usable_fraction * BYTES_PER_GIB
+    usable_bytes = ctx.system.hbm.capacity_gib * ctx.hbm_usable_fraction * BYTES_PER_GIB
     inner = np.array(list(itertools.product(*(space.domains[k] for k in INNER_KNOBS))))
     for t, layout in itertools.product(space.domains["tp"], space.domains["layout"]):
         p = space.layouts[layout].pp

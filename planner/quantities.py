@@ -15,7 +15,14 @@ QUANTITIES: dict[str, str] = {
     "cost": "USD",
 }
 
-PLOT_KINDS = ("mfu-vs-gpus", "breakdown", "memory", "offload-bandwidth", "offload-capacity")
+PLOT_KINDS = (
+    "mfu-vs-gpus",
+    "mfu-vs-model",
+    "breakdown",
+    "memory",
+    "offload-bandwidth",
+    "least-hardware",
+)
 """What ``planner plot --kind`` draws (planner.plots.KINDS)."""
 
 CALIBRATED_PARAMETERS = (

@@ -510,6 +510,10 @@ class StackProfile(Spec):
     """Optimizer state per parameter: fp32 master weights and two Adam moments (12 bytes)."""
     hbm_reserve_gib: float = Field(default=2.0, ge=0, le=lim.MAX_CAPACITY_GIB)
     """HBM that the CUDA context, communication buffers and allocator fragmentation take."""
+    hbm_usable_fraction: float = Field(default=0.95, gt=0, le=1)
+    """Share of HBM a plan may fill: the headroom a real allocator needs beyond the estimate
+    (Fujii et al. 2024: plans estimated under ~80 % of HBM did not run out of memory in 454
+    measured runs; 0.95 is this project's default margin)."""
     offload_resident_blocks: int = Field(default=3, ge=1, le=lim.MAX_LAYERS)
     """Blocks of an offloaded tensor kind kept in HBM: the one in use, the prefetched next and
     the previous one being written back."""
@@ -530,9 +534,8 @@ class JobSpec(Spec):
     scores are materialised (the 2021–22 Megatron runs) or computed by a fused flash kernel
     (modern stacks). ``grad_dtype`` is the precision gradients are accumulated and reduced in,
     and ``hbm_reserve_gib`` the HBM kept for the CUDA context, communication buffers and
-    allocator fragmentation; unset, both are the stack's. ``hbm_usable_fraction`` caps the
-    estimate's share of HBM (Fujii et al. 2024: plans estimated under ~80 % of HBM did not run
-    out of memory in 454 measured runs).
+    allocator fragmentation; ``hbm_usable_fraction`` caps the estimate's share of HBM. Unset,
+    all three are the stack's.
     """
 
     global_batch: int = Field(gt=0, le=lim.MAX_GLOBAL_BATCH)
@@ -544,7 +547,7 @@ class JobSpec(Spec):
     attention: AttentionKernel = "flash"
     train_tokens: float | None = Field(default=None, gt=0, le=lim.MAX_TRAIN_TOKENS)
     hbm_reserve_gib: float | None = Field(default=None, ge=0, le=lim.MAX_CAPACITY_GIB)
-    hbm_usable_fraction: float = Field(default=0.95, gt=0, le=1)
+    hbm_usable_fraction: float | None = Field(default=None, gt=0, le=1)
     expert_imbalance: float = Field(default=1.0, ge=1, le=lim.MAX_EXPERT_IMBALANCE)
     """Mixture-of-experts load imbalance: tokens the busiest expert-parallel rank receives over
     the mean (1: perfectly balanced routing). It scales the routed experts' compute and the

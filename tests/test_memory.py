@@ -105,3 +105,19 @@ def test_uneven_stages_put_the_most_activations_where_blocks_times_in_flight_pea
     assert float(terms.middle_stage.activations) == pytest.approx(6 * 11 * per_block)
     totals = [float(stage.hbm_total) for stage in terms.stages]
     assert float(terms.hbm_bytes) == pytest.approx(max(totals))
+
+
+def test_the_share_of_hbm_a_plan_may_fill_is_the_stacks_unless_the_job_says() -> None:
+    """Calculon fills all of HBM; the framework stacks keep 5 % headroom; a job's value wins."""
+    from planner.cost.context import CostContext
+    from planner.specs import JobSpec
+    from tests.conftest import gpt_model, simple_system
+
+    def fraction(**job: object) -> float:
+        return CostContext(
+            gpt_model(), simple_system(), JobSpec(global_batch=8, **job)
+        ).hbm_usable_fraction
+
+    assert fraction() == 0.95
+    assert fraction(stack="calculon") == 1.0
+    assert fraction(stack="calculon", hbm_usable_fraction=0.8) == 0.8

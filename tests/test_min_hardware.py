@@ -314,7 +314,7 @@ def test_least_hbm_agrees_with_plan_where_the_query_rounds_memory_coarser() -> N
         offload_activations=1,
         offload_optimizer=1,
     )
-    job = JobSpec(global_batch=4000, hbm_reserve_gib=0.1)
+    job = JobSpec(global_batch=4000, hbm_reserve_gib=0.1, hbm_usable_fraction=0.95)
     need_gib = evaluate(model, sys, job, lean).memory_gib["hbm"]["total"]
     grid_point = 1.1
     reserve = 0.1 + grid_point * job.hbm_usable_fraction - need_gib - 20 / 2**20

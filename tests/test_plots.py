@@ -1,7 +1,7 @@
 """Plots, checked on their data (planner.plots.charts), not their pixels: one bar per row and
 every row present, labels unique and naming only what varies, reference lines where asked, the
-offload-bandwidth plot relative to unlimited bandwidth, the offload-capacity plot only from a
-minimum-capacity study; then each kind drawn once."""
+offload-bandwidth plot relative to unlimited bandwidth, the least-hardware plot only from a
+min-hardware study; then each kind drawn once."""
 
 from __future__ import annotations
 
@@ -103,6 +103,24 @@ def test_mfu_lines_cover_every_feasible_row_once(plan_rows: tuple[Path, list[dic
             assert "GPUs" not in line.label and all(0 < y < 100 for _, y in line.points)
 
 
+def test_mfu_vs_model_has_a_panel_per_gpu_count_and_every_feasible_row_once(
+    plan_rows: tuple[Path, list[dict]],
+) -> None:
+    out, rows = plan_rows
+    drawn = chart(out, "mfu-vs-model", mfu_lines=(0.5,))
+    assert [p.title for p in drawn.panels] == ["8 GPUs", "16 GPUs"]
+    shown = [i for panel in drawn.panels for line in panel.lines for i in line.row_ids]
+    feasible = [r["id"] for r in rows if r.get("mfu") is not None]
+    assert sorted(shown) == sorted(feasible)
+    for panel in drawn.panels:
+        assert panel.hlines == ((50.0, "50% MFU"),)
+        assert len({line.label for line in panel.lines}) == len(panel.lines)
+        for line in panel.lines:
+            sizes = [x for x, _ in line.points]
+            assert sizes == sorted(sizes) and "gpt3" not in line.label  # x is the model
+            assert sizes[0] == pytest.approx(1.3e-3, rel=0.05)  # trillions of parameters
+
+
 def test_offload_bandwidth_is_relative_to_unlimited(plan_rows: tuple[Path, list[dict]]) -> None:
     out, rows = plan_rows
     drawn = chart(out, "offload-bandwidth", gbps_lines=(100,))
@@ -120,15 +138,15 @@ def test_offload_bandwidth_is_relative_to_unlimited(plan_rows: tuple[Path, list[
     assert slowed  # offloading at 6.25 GB/s costs something somewhere
 
 
-def test_offload_capacity_needs_a_minimum_capacity_study(
+def test_least_hardware_needs_a_min_hardware_study(
     tmp_path: Path, plan_rows: tuple[Path, list[dict]]
 ) -> None:
-    with pytest.raises(
-        InputError, match="need a min-hardware study with minimize: offload-capacity"
-    ):
-        chart(plan_rows[0], "offload-capacity")
+    with pytest.raises(InputError, match="least-hardware plots need a min-hardware study"):
+        chart(plan_rows[0], "least-hardware")
     out, rows = sweep(tmp_path, CAPACITY_STUDY, "least")
-    drawn = chart(out, "offload-capacity")
+    drawn = chart(out, "least-hardware")
+    assert drawn.panels[0].title == "least offload capacity"
+    assert drawn.panels[0].ylabel == "offload capacity per GPU, GiB"
     (panel,) = drawn.panels
     ((_, line),) = [(p.title, p.lines[0]) for p in drawn.panels]
     minimum = {row["model"]: row["minimum"] for row in rows}
@@ -142,16 +160,16 @@ def test_each_kind_draws_and_bad_requests_exit_2(
 ) -> None:
     pytest.importorskip("matplotlib")
     out = plan_rows[0]
-    for kind in ("mfu-vs-gpus", "breakdown", "memory", "offload-bandwidth"):
+    for kind in ("mfu-vs-gpus", "mfu-vs-model", "breakdown", "memory", "offload-bandwidth"):
         target = tmp_path / f"{kind}.svg"
         argv = ["plot", str(out), "--kind", kind, "--out", str(target)]
         assert main([*argv, "--mfu-line", "0.75", "--gbps-line", "100"]) == 0
         assert target.stat().st_size > 5000
     least, _ = sweep(tmp_path, CAPACITY_STUDY, "least")
-    assert main(["plot", str(least), "--kind", "offload-capacity"]) == 0
-    assert (least / "offload-capacity.png").stat().st_size > 5000
+    assert main(["plot", str(least), "--kind", "least-hardware"]) == 0
+    assert (least / "least-hardware.png").stat().st_size > 5000
     capsys.readouterr()
-    assert main(["plot", str(out), "--kind", "offload-capacity"]) == 2
+    assert main(["plot", str(out), "--kind", "least-hardware"]) == 2
     assert main(["plot", str(out), "--kind", "mfu-vs-gpus", "--mfu-line", "75"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and "--mfu-line" in errors[1]

@@ -88,5 +88,11 @@ class CostContext:
         return (self.stack.hbm_reserve_gib if reserve is None else reserve) * BYTES_PER_GIB
 
     @property
+    def hbm_usable_fraction(self) -> float:
+        """Share of HBM a plan may fill: the job's, else the stack's."""
+        fraction = self.job.hbm_usable_fraction
+        return self.stack.hbm_usable_fraction if fraction is None else fraction
+
+    @property
     def flash(self) -> bool:
         return self.job.attention == "flash"

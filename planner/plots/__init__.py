@@ -3,11 +3,12 @@
 ``render`` draws them.
 
 Kinds: ``mfu-vs-gpus`` (a panel per model, a line per variant, optional MFU reference lines),
-``breakdown`` (step time by term, a stacked bar per row, a panel per model), ``memory`` (HBM
-items and the offload tiers' stacked per row, HBM capacity marked), ``offload-bandwidth``
-(speed relative to unlimited offload bandwidth — or the study's highest — against bandwidth, a
-line per model), ``offload-capacity`` (the least offload capacity meeting a min-hardware
-study's goal against model size).
+``mfu-vs-model`` (a panel per GPU count, a line per variant against model size), ``breakdown``
+(step time by term, a stacked bar per row, a panel per model), ``memory`` (HBM items and the
+offload tiers' stacked per row, HBM capacity marked), ``offload-bandwidth`` (speed relative to
+unlimited offload bandwidth — or the study's highest — against bandwidth, a line per model),
+``least-hardware`` (the least hardware — HBM, offload capacity, GPUs, a bandwidth — meeting a
+min-hardware study's goal, against model size).
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ def chart(
         rows.sort(key=lambda row: order.get(row["id"], len(order)))
     if kind == "mfu-vs-gpus":
         return charts.mfu_vs_gpus(rows, study, mfu_lines)
+    if kind == "mfu-vs-model":
+        return charts.mfu_vs_model(rows, study, mfu_lines)
     if kind == "offload-bandwidth":
         return charts.offload_bandwidth(rows, study, gbps_lines)
     return {
         "breakdown": charts.breakdown,
         "memory": charts.memory,
-        "offload-capacity": charts.offload_capacity,
+        "least-hardware": charts.least_hardware,
     }[kind](rows, study)
 
 

@@ -35,6 +35,13 @@ TIME_TERMS = (
 """The step-time terms of an estimate (Estimate.breakdown_s), bottom to top."""
 MEMORY_ITEMS = ("weights", "gradients", "optimizer", "activations")
 SCENARIO_KEYS = ("model", "system", "gpus", "global_batch")
+QUANTITY_NAMES = {
+    "hbm": "HBM",
+    "offload-capacity": "offload capacity",
+    "offload-bandwidth": "offload bandwidth",
+    "scale-out-bandwidth": "scale-out bandwidth",
+}
+"""How a minimised quantity reads on a plot."""
 UNLIMITED_GBPS = 10_000.0
 """An offload bandwidth at or above this (faster than any HBM) stands for "unlimited": the
 reference of the offload-bandwidth plot, not a point on its axis."""
@@ -71,6 +78,8 @@ class Panel:
     xlog: bool = False
     ylim: tuple[float, float] | None = None
     note: str = ""
+    xticks: tuple[tuple[float, str], ...] = ()
+    """Named positions on the x axis (a model's size named by the model), if not the values."""
 
 
 @dataclass(frozen=True)
@@ -289,37 +298,90 @@ def offload_bandwidth(
     return Chart(title(study, rows, "performance against offload bandwidth"), tuple(panels))
 
 
-def offload_capacity(rows: list[dict[str, Any]], study: Study | None) -> Chart:
-    """The least offload capacity that meets the study's goal, against model size: rows of a
-    min-hardware study minimising offload-capacity (a plan's usage is not a requirement)."""
-    if not rows or any(r.get("minimize") != "offload-capacity" for r in rows):
+def _model_ticks(rows: list[dict[str, Any]]) -> tuple[tuple[float, str], ...]:
+    """Each model's size in trillions of parameters, named by the model."""
+    sizes = {str(r["model"]): scenario_model(r).params / 1e12 for r in rows}
+    return tuple(sorted((size, name) for name, size in sizes.items()))
+
+
+def least_hardware(rows: list[dict[str, Any]], study: Study | None) -> Chart:
+    """The least hardware that meets a min-hardware study's goal (whatever it minimises: HBM,
+    offload capacity, GPUs, a bandwidth), against model size: a line per combination of the
+    other varying keys. What a plan happens to use is not a requirement, so plan studies are
+    refused."""
+    if not rows or len({r.get("minimize") for r in rows}) != 1 or rows[0].get("minimize") is None:
         raise InputError(
-            "offload-capacity plots need a min-hardware study with minimize: offload-capacity "
-            "(the least capacity that meets its goal; what a plan happens to use is not a "
-            "requirement)"
+            "least-hardware plots need a min-hardware study (query: min-hardware, minimize: "
+            "...): the least hardware that meets its goal; what a plan happens to use is not a "
+            "requirement"
         )
+    minimized, unit = rows[0]["minimize"], rows[0].get("minimum_unit", "")
+    quantity = QUANTITY_NAMES.get(minimized, minimized)
     keys = [k for k in varying(rows, axis_keys(rows)) if k != "model"]
-    lines, unreachable = [], []
+    lines, unreachable = [], 0
     for text, members in _groups(rows, lambda r: label(r, keys)).items():
         points = []
         for row in members:
             if row.get("minimum") is None:
-                unreachable.append(describe("model", row["model"]))
+                unreachable += 1
                 continue
             params = scenario_model(row).params
             points.append((params / 1e12, float(row["minimum"]), row["id"]))
         points.sort()
-        lines.append(Line(text, tuple((x, y) for x, y, _ in points), tuple(i for *_, i in points)))
+        shown = text if points else f"{text}: not reachable"
+        lines.append(Line(shown, tuple((x, y) for x, y, _ in points), tuple(i for *_, i in points)))
     goal = ""
     if study is not None and (study.goal.min_mfu or study.goal.max_step_s):
         goal = f" for MFU ≥ {study.goal.min_mfu:.0%}" if study.goal.min_mfu else ""
         goal += f" for step ≤ {study.goal.max_step_s:g} s" if study.goal.max_step_s else ""
     panel = Panel(
-        title=f"least offload capacity{goal}",
+        title=f"least {quantity}{goal}",
         xlabel="model parameters, trillions",
-        ylabel="offload capacity per GPU, GiB",
+        ylabel=f"{quantity} per GPU, {unit}" if unit != "GPUs" else "GPUs",
         lines=tuple(lines),
         xlog=True,
-        note=f"not reachable: {', '.join(dict.fromkeys(unreachable))}" if unreachable else "",
+        note=f"not reachable: {unreachable} of {len(rows)}" if unreachable else "",
+        xticks=_model_ticks(rows),
     )
-    return Chart(title(study, rows, "required offload capacity"), (panel,))
+    return Chart(title(study, rows, f"required {quantity}"), (panel,))
+
+
+def mfu_vs_model(
+    rows: list[dict[str, Any]], study: Study | None, mfu_lines: tuple[float, ...] = ()
+) -> Chart:
+    """MFU against model size: a panel per GPU count, a line per combination of the other
+    varying keys (assumptions, batch, hardware); ``mfu_lines`` as reference lines. Rows with no
+    plan are missing points, counted in the panel's note."""
+    keys = [k for k in varying(rows, axis_keys(rows)) if k not in ("model", "gpus")]
+    hlines = tuple((100 * m, f"{m:.0%} MFU") for m in mfu_lines)
+    panels = []
+    for gpus, members in _groups(rows, lambda r: int(r["gpus"])).items():
+        lines = []
+        for text, points in _groups(
+            [r for r in members if _feasible(r)], lambda r: label(r, keys)
+        ).items():
+            ordered = sorted(points, key=lambda r: scenario_model(r).params)
+            lines.append(
+                Line(
+                    text,
+                    tuple(
+                        (scenario_model(r).params / 1e12, 100 * float(r["mfu"])) for r in ordered
+                    ),
+                    tuple(r["id"] for r in ordered),
+                )
+            )
+        missing = [r for r in members if not _feasible(r)]
+        panels.append(
+            Panel(
+                title=f"{gpus:,} GPUs",
+                xlabel="model parameters, trillions",
+                ylabel="MFU, %",
+                lines=tuple(lines),
+                hlines=hlines,
+                xlog=True,
+                ylim=(0.0, 100.0),
+                note=f"no plan: {len(missing)} of {len(members)}" if missing else "",
+                xticks=_model_ticks(members),
+            )
+        )
+    return Chart(title(study, rows, "MFU against model size"), tuple(panels))

@@ -14,6 +14,8 @@ BAR_WIDTH_IN = 0.42
 """Figure width per bar: every row gets a readable bar, however many there are."""
 PANEL_MIN_WIDTH_IN, PANEL_HEIGHT_IN = 4.5, 3.6
 MAX_COLUMNS = 4
+LEGEND_PAD_IN, LEGEND_CHAR_IN = 0.6, 0.052
+"""The legend's width: a marker and margins, then per character of the longest name (7 pt)."""
 MAX_WIDTH_PX = 2400
 """Wider figures get a lower resolution, so a committed image stays a few hundred KB."""
 
@@ -32,7 +34,7 @@ def draw(chart: Chart, target: Path) -> None:
     figure, grid = plt.subplots(
         rows,
         columns,
-        figsize=(panel_width * columns + 2.8, PANEL_HEIGHT_IN * rows + 1.0),
+        figsize=(panel_width * columns, PANEL_HEIGHT_IN * rows + 1.0),
         squeeze=False,
     )
     colours = _colours(chart, plt)
@@ -45,16 +47,18 @@ def draw(chart: Chart, target: Path) -> None:
     figure.suptitle(chart.title, fontsize=11)
     order = [*colours, "HBM capacity"]
     handles = {name: handles[name] for name in order if name in handles}
+    legend_in = LEGEND_PAD_IN + LEGEND_CHAR_IN * max((len(name) for name in handles), default=0)
+    figure.set_figwidth(panel_width * columns + legend_in)
     if handles:
         figure.legend(
             list(handles.values()),
             list(handles),
             loc="center left",
-            bbox_to_anchor=(1.0 - 2.7 / figure.get_figwidth(), 0.5),
+            bbox_to_anchor=(1.0 - (legend_in - 0.1) / figure.get_figwidth(), 0.5),
             fontsize=7,
             frameon=False,
         )
-    figure.tight_layout(rect=(0, 0, 1.0 - 2.8 / figure.get_figwidth(), 0.96))
+    figure.tight_layout(rect=(0, 0, 1.0 - legend_in / figure.get_figwidth(), 0.96))
     figure.savefig(target, dpi=min(110, MAX_WIDTH_PX / figure.get_figwidth()))
     plt.close(figure)
 
@@ -85,9 +89,14 @@ def _panel(axes: Any, panel: Panel, chart: Chart, colours: dict, handles: dict) 
         handles.setdefault(line.label, drawn)
     if panel.xlog and panel.lines:
         axes.set_xscale("log", base=2)
+        axes.minorticks_off()
+    if panel.xticks:
+        positions, names = zip(*panel.xticks, strict=True)
+        axes.set_xticks(positions, names, rotation=45, ha="right")
+        axes.minorticks_off()
+    elif panel.xlog and panel.lines:
         ticks = sorted({x for line in panel.lines for x, _ in line.points})
         axes.set_xticks(ticks, [f"{x:,g}" for x in ticks])
-        axes.minorticks_off()
     if panel.ylim is not None:
         axes.set_ylim(*panel.ylim)
     for y, text in panel.hlines:
