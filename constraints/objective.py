@@ -88,9 +88,14 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     # Partial recompute lengthens the backward by a stage total, not a per-block amount.
     stage_after = [(1, partial[0].once, 0)] if partial else []
     stage_step = [(1, partial[0].per_step, partial[0].pp_power)] if partial else []
+    backward_step = [
+        (1, compute.per_step, compute.pp_power),
+        (-1, forward.per_step, forward.pp_power),
+        *[(1, o.per_step, o.pp_power) for o in offload[1:]],
+    ]
     stage_sums = []
     for stage in ("first", "last"):
-        after, before, per_mb = tables.dp_comm(stage)
+        after, before, per_mb, per_mb_backward = tables.dp_comm(stage)
         exposed_after = _exposed_once(
             variables,
             f"dp_after_exposed_{stage}",
@@ -108,23 +113,30 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             stage,
             overlap,
         )
-        comm_all = variables.new_int(
-            f"dp_per_step_comm_{stage}", variables.ub(micro_batches) * variables.ub(per_mb)
-        )
-        m.AddMultiplicationEquality(comm_all, [micro_batches, per_mb])
-        # The once-per-step traffic that hides holds the link in its window: C − E of each.
-        held = [(1, after), (-1, exposed_after), (1, before), (-1, exposed_before)]
-        exposed_mb = _exposed_once(
-            variables,
-            f"dp_micro_batch_exposed_{stage}",
-            comm_all,
-            window_step,
-            stage,
-            overlap,
-            stage_step,
-            held,
-        )
-        stage_sums.append([exposed_after, exposed_before, exposed_mb])
+        # Per micro-batch, ZeRO-3's traffic hides under the whole pass and ZeRO-2's gradient
+        # reduce-scatter under the backward (step.py); the other table of the two is 0.
+        exposed_mb = []
+        for label, table, window in (
+            ("", per_mb, window_step),
+            ("_backward", per_mb_backward, backward_step),
+        ):
+            comm_all = variables.new_int(
+                f"dp_per_step_comm{label}_{stage}",
+                variables.ub(micro_batches) * variables.ub(table),
+            )
+            m.AddMultiplicationEquality(comm_all, [micro_batches, table])
+            exposed_mb.append(
+                _exposed_once(
+                    variables,
+                    f"dp_micro_batch{label}_exposed_{stage}",
+                    comm_all,
+                    window,
+                    stage,
+                    overlap,
+                    stage_step,
+                )
+            )
+        stage_sums.append([exposed_after, exposed_before, *exposed_mb])
     dp_exposed = variables.new_int(
         "dp_exposed", max(sum(variables.ub(x) for x in parts) for parts in stage_sums)
     )
@@ -194,20 +206,13 @@ def _exposed_once(
     stage: str,
     overlap: cp_model.IntVar | None,
     stage_window: list[tuple[int, cp_model.IntVar, int]] = (),
-    held: list[tuple[int, cp_model.IntVar]] = (),
 ) -> cp_model.IntVar:
-    """max(0, comm + held − k·window − stage window) for a stage of k blocks: x ≥ that under
-    each layout literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation
+    """max(0, comm − k·window − stage window) for a stage of k blocks: x ≥ that under each
+    layout literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation
     makes it the max). Window terms are (coefficient, variable, pp power): the coefficient is
-    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage.
-
-    ``held`` is the once-per-step traffic hidden in the same windows, C − E per part
-    (planner/cost/step.py). E is itself minimised, so C − E is its exact value at the optimum:
-    raising an E by one lowers this bound by one and leaves their sum, max(E, comm + C − …),
-    as the cost model's."""
+    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage."""
     m = variables.model
-    held_ub = upper(variables, [(c, v) for c, v in held if c > 0])
-    exposed = variables.new_int(name, variables.ub(comm) + held_ub)
+    exposed = variables.new_int(name, variables.ub(comm))
     if overlap is None:
         m.Add(exposed >= comm)
         return exposed
@@ -216,7 +221,5 @@ def _exposed_once(
         blocks = layout.blocks if stage == "first" else layout.last
         window_k = sum(coef * layout.pp**power * var for coef, var, power in window)
         whole = sum(coef * layout.pp**power * var for coef, var, power in stage_window)
-        m.Add(exposed >= comm + linear(held) - blocks * window_k - whole).OnlyEnforceIf(
-            [overlap, chosen]
-        )
+        m.Add(exposed >= comm - blocks * window_k - whole).OnlyEnforceIf([overlap, chosen])
     return exposed

@@ -32,22 +32,19 @@ weights; ZeRO-2 reduce-scatters them every micro-batch (sharded gradients cannot
 all-gathers the weights once; ZeRO-3 also all-gathers the weights before each forward and backward
 (and the recompute) of every micro-batch. With DP overlap, the once-per-step reduction hides
 under the backward of the last micro-batch, the weight all-gather under the forward of the first,
-and per-micro-batch traffic under the micro-batches' passes, less the time the once-per-step
-traffic already holds the link there (one link, one transfer at a time):
-
-    E_after = max(0, C_after − W_b),  E_before = max(0, C_before − W_f)
-    E_mb    = max(0, n·C_mb + (C_after − E_after) + (C_before − E_before) − n·(W_f + W_b))
-
-where a window W is the stage's pass including its exposed offload stalls (the DP link is free
-while the stage waits on its offload link). Counting a window once keeps the step monotone in
-every stall (ZeRO-2 gathers before the forward and reduce-scatters every micro-batch: with the
-window counted for both, a longer offload stall shortened the step). Each stage reduces its own
-gradients under its own passes, so the DP term is the worst stage kind's (first, middle, last),
-as is the optimizer step. Mixture-of-experts blocks add the expert-parallel token dispatch and
-combine to U and reduce their routed experts' gradients over the expert-data-parallel ranks
-(planner/cost/experts.py). Overlaps are what the stack can do: a strategy's
-``dp_overlap`` or ``tp_overlap`` takes effect only where its stack profile has it; TP overlap
-leaves the stack's ``tp_overlap_contention`` share of the hidden time exposed.
+and per-micro-batch traffic under that micro-batch's passes — ZeRO-2's gradient reduce-scatter
+under the backward that produces the gradients (DeepSpeed's overlap_comm overlaps the reduction
+with the backward), ZeRO-3's gathers and reduce-scatter under the forward and backward:
+exposed = max(0, comm − window), where a window is the stage's pass including its exposed
+offload stalls (the DP link is free while the stage waits on its offload link). No window hides
+two transfers: ZeRO-2's weight gather has the forward of the first micro-batch to itself (with
+the forward counted for both, a longer offload stall had shortened the step). Each stage
+reduces its own gradients under its own passes, so the DP term is the worst stage kind's (first,
+middle, last), as is the optimizer step. Mixture-of-experts blocks add the expert-parallel token
+dispatch and combine to U and reduce their routed experts' gradients over the
+expert-data-parallel ranks (planner/cost/experts.py). Overlaps are what the stack can do: a
+strategy's ``dp_overlap`` or ``tp_overlap`` takes effect only where its stack profile has it; TP
+overlap leaves the stack's ``tp_overlap_contention`` share of the hidden time exposed.
 """
 
 from __future__ import annotations
@@ -530,15 +527,13 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         )
         backward_window = np.where(overlap, stage[kind].backward_window_s, 0.0)
         forward_window = np.where(overlap, stage[kind].forward_window_s, 0.0)
-        exposed_after = np.maximum(0.0, after_backward - backward_window)
-        exposed_before = np.maximum(0.0, before_forward - forward_window)
-        hidden_once = (after_backward - exposed_after) + (before_forward - exposed_before)
+        per_mb_window = np.where(
+            np.asarray(k["zero_stage"]) == 2, backward_window, forward_window + backward_window
+        )
         exposed = (
-            exposed_after
-            + exposed_before
-            + np.maximum(
-                0.0, n * per_mb_comm + hidden_once - n * (forward_window + backward_window)
-            )
+            np.maximum(0.0, after_backward - backward_window)
+            + np.maximum(0.0, before_forward - forward_window)
+            + n * np.maximum(0.0, per_mb_comm - per_mb_window)
         )
         stage_optimizer = optimizer_time_s(
             ctx,
