@@ -93,9 +93,11 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
         (-1, forward.per_step, forward.pp_power),
         *[(1, o.per_step, o.pp_power) for o in offload[1:]],
     ]
+    zero_stages = variables.domains["zero_stage"]
+    zero2 = variables.onehot["zero_stage"][zero_stages.index(2)] if 2 in zero_stages else None
     stage_sums = []
     for stage in ("first", "last"):
-        after, before, per_mb, per_mb_backward = tables.dp_comm(stage)
+        after, before, per_mb = tables.dp_comm(stage)
         exposed_after = _exposed_once(
             variables,
             f"dp_after_exposed_{stage}",
@@ -113,30 +115,24 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             stage,
             overlap,
         )
+        comm_all = variables.new_int(
+            f"dp_per_step_comm_{stage}", variables.ub(micro_batches) * variables.ub(per_mb)
+        )
+        m.AddMultiplicationEquality(comm_all, [micro_batches, per_mb])
         # Per micro-batch, ZeRO-3's traffic hides under the whole pass and ZeRO-2's gradient
-        # reduce-scatter under the backward (step.py); the other table of the two is 0.
-        exposed_mb = []
-        for label, table, window in (
-            ("", per_mb, window_step),
-            ("_backward", per_mb_backward, backward_step),
-        ):
-            comm_all = variables.new_int(
-                f"dp_per_step_comm{label}_{stage}",
-                variables.ub(micro_batches) * variables.ub(table),
-            )
-            m.AddMultiplicationEquality(comm_all, [micro_batches, table])
-            exposed_mb.append(
-                _exposed_once(
-                    variables,
-                    f"dp_micro_batch{label}_exposed_{stage}",
-                    comm_all,
-                    window,
-                    stage,
-                    overlap,
-                    stage_step,
-                )
-            )
-        stage_sums.append([exposed_after, exposed_before, *exposed_mb])
+        # reduce-scatter under the backward alone (step.py): the bound under the whole pass
+        # holds for both, the tighter one is enforced under the ZeRO-2 literal.
+        exposed_mb = _exposed_once(
+            variables,
+            f"dp_micro_batch_exposed_{stage}",
+            comm_all,
+            window_step,
+            stage,
+            overlap,
+            stage_step,
+            (zero2, backward_step) if zero2 is not None else None,
+        )
+        stage_sums.append([exposed_after, exposed_before, exposed_mb])
     dp_exposed = variables.new_int(
         "dp_exposed", max(sum(variables.ub(x) for x in parts) for parts in stage_sums)
     )
@@ -206,11 +202,14 @@ def _exposed_once(
     stage: str,
     overlap: cp_model.IntVar | None,
     stage_window: list[tuple[int, cp_model.IntVar, int]] = (),
+    narrower: tuple[cp_model.IntVar, list[tuple[int, cp_model.IntVar, int]]] | None = None,
 ) -> cp_model.IntVar:
     """max(0, comm − k·window − stage window) for a stage of k blocks: x ≥ that under each
     layout literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation
     makes it the max). Window terms are (coefficient, variable, pp power): the coefficient is
-    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage."""
+    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage.
+    ``narrower`` = (literal, window): where the literal holds, the comm hides under that
+    narrower window instead (a second bound; the first stays valid)."""
     m = variables.model
     exposed = variables.new_int(name, variables.ub(comm))
     if overlap is None:
@@ -219,7 +218,11 @@ def _exposed_once(
     m.Add(exposed >= comm).OnlyEnforceIf(overlap.Not())
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
         blocks = layout.blocks if stage == "first" else layout.last
-        window_k = sum(coef * layout.pp**power * var for coef, var, power in window)
         whole = sum(coef * layout.pp**power * var for coef, var, power in stage_window)
-        m.Add(exposed >= comm - blocks * window_k - whole).OnlyEnforceIf([overlap, chosen])
+        windows = [(window, [overlap, chosen])]
+        if narrower is not None:
+            windows.append((narrower[1], [overlap, chosen, narrower[0]]))
+        for terms, literals in windows:
+            window_k = sum(coef * layout.pp**power * var for coef, var, power in terms)
+            m.Add(exposed >= comm - blocks * window_k - whole).OnlyEnforceIf(literals)
     return exposed

@@ -427,10 +427,9 @@ class TableBuilder:
     def expert_dp(self, g: Grid) -> np.ndarray:
         return expert_dp_size(g["tp"], g["cp"], self.data_parallel(g), g["ep"], g["expert_tp"])
 
-    def dp_comm(self, stage: str) -> tuple[cp_model.IntVar, ...]:
-        """A stage's DP communication: (after the backward, before the forward, per micro-batch
-        under the whole pass (ZeRO-3), per micro-batch under the backward (ZeRO-2)); of the last
-        two, the one that is not the strategy's ZeRO stage is 0 (planner/cost/step.py)."""
+    def dp_comm(self, stage: str) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
+        """A stage's DP communication: (after the backward, before the forward, per
+        micro-batch)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
         knobs += (*self.placement_axes, *self.EXPERT_AXES)
 
@@ -439,7 +438,7 @@ class TableBuilder:
                 dp = self.data_parallel(g)
                 span = group_spans(g["tp"], g["cp"], g["pp"], dp, self.placement(g))[0]
                 params = self.layout_params(g, stage)
-                times = dp_comm_times_s(
+                return dp_comm_times_s(
                     ctx,
                     params.total,
                     span,
@@ -449,21 +448,11 @@ class TableBuilder:
                     g["cp"],
                     params.experts,
                     self.expert_dp(g),
-                )
-                zero2 = np.asarray(g["zero_stage"]) == 2
-                per_mb = times[2]
-                return (*times[:2], np.where(zero2, 0.0, per_mb), np.where(zero2, per_mb, 0.0))[
-                    index
-                ]
+                )[index]
 
             return self.evaluate(knobs, cost, ("scale_out_bw",))
 
-        names = (
-            "dp_after_backward",
-            "dp_before_forward",
-            "dp_per_micro_batch",
-            "dp_per_micro_batch_backward",
-        )
+        names = ("dp_after_backward", "dp_before_forward", "dp_per_micro_batch")
         return tuple(self.time(f"{name}_{stage}", *part(i)) for i, name in enumerate(names))
 
     def optimizer(self) -> cp_model.IntVar:
