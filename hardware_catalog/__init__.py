@@ -175,11 +175,15 @@ _PRELOADED: dict[tuple[str, str], BaseModel] = {}
 """User spec files read elsewhere, by (kind, path as written): see ``preload``."""
 
 
-def preload(kind: str, name: str, spec: BaseModel) -> None:
+def preload(kind: str, name: str, spec: BaseModel | None) -> None:
     """Answer ``name`` (a spec file's path) of ``kind`` ("systems", "models", "stacks") with
     ``spec`` in this process, without reading the file: a sweep's remote workers get the
-    driver's files this way (they may run on machines that do not have them)."""
-    _PRELOADED[(kind, name)] = spec
+    driver's files this way (they may run on machines that do not have them). ``None`` forgets
+    the name: it is read from the file again."""
+    if spec is None:
+        _PRELOADED.pop((kind, name), None)
+    else:
+        _PRELOADED[(kind, name)] = spec
 
 
 def _resolve(kind: str, name: str, spec_type: type[SpecT], what: str) -> SpecT:

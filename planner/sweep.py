@@ -486,11 +486,15 @@ def _named_files(study: Study) -> list[tuple[str, str]]:
 
 
 def _preload_beside(study: Study, folder: Path) -> None:
-    """Answer each relative spec path that names a file next to the study with that file."""
+    """Answer each relative spec path that names a file next to the study with that file; any
+    other path is read as written (forgetting what an earlier study in this process preloaded
+    under the same name)."""
     for kind, name in _named_files(study):
         beside = folder / name
         if not Path(name).is_absolute() and beside.is_file():
             hardware_catalog.preload(kind, name, LOADERS[kind](str(beside)))
+        else:
+            hardware_catalog.preload(kind, name, None)
 
 
 def spec_files(study: Study) -> SpecFiles:

@@ -267,3 +267,13 @@ def test_spec_paths_are_found_next_to_the_study_file(
     assert sorted(r.get("step_time_s") or 0 for r in rows) == sorted(
         r.get("step_time_s") or 0 for r in reference
     )
+    # Another study in this process naming the same relative path, which lies in the working
+    # directory rather than beside it, reads that file (not the first study's).
+    (tmp_path / "my-stack.yaml").write_text(yaml.safe_dump({"name": "mine", "gemm_efficiency": 1}))
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    second = load_study(write(other, {**STUDY, "job": {"stack": "my-stack.yaml"}}))
+    from hardware_catalog import load_stack
+
+    assert load_stack("my-stack.yaml").gemm_efficiency == 1
+    assert run_study(second, tmp_path / "second", stop_after=1)[0]["status"] == "optimal"
