@@ -33,6 +33,7 @@ from planner.quantities import (
     OFFLOAD_STEPS,
     PLOT_KINDS,
     QUANTITIES,
+    SWEEP_BACKENDS,
     parse_eighths,
 )
 
@@ -474,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep_cmd.add_argument(
         "--backend",
-        choices=["local", "ray"],
+        choices=SWEEP_BACKENDS,
         default="local",
         help="local: this machine's processes; ray: Ray tasks (pip install 'planner[ray]')",
     )

@@ -15,6 +15,10 @@ QUANTITIES: dict[str, str] = {
     "cost": "USD",
 }
 
+SWEEP_BACKENDS = ("local", "ray")
+"""Where ``planner sweep --backend`` runs scenarios: this machine's processes, or Ray
+(planner.ray_backend)."""
+
 PLOT_KINDS = (
     "mfu-vs-gpus",
     "mfu-vs-model",

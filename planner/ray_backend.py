@@ -43,7 +43,7 @@ def run_on_ray(study: Study, todo: list[dict[str, Any]], jobs: int, address: str
     started_here = not ray.is_initialized()
     if started_here:
         _connect(ray, address, jobs)
-    pending: dict[Any, str] = {}
+    pending: set[Any] = set()
     try:
         task = ray.remote(num_cpus=1)(_remote_scenario)
         study_ref = ray.put(study)
@@ -51,22 +51,22 @@ def run_on_ray(study: Study, todo: list[dict[str, Any]], jobs: int, address: str
         cpus = int(ray.cluster_resources().get("CPU", jobs))
         in_flight = max(2, IN_FLIGHT_PER_CPU * cpus)
         queue = iter(todo)
-        for scenario in queue:
-            pending[task.remote(study_ref, scenario, files_ref)] = scenario["id"]
-            if len(pending) >= in_flight:
-                break
+
+        def fill() -> None:
+            while len(pending) < in_flight and (scenario := next(queue, None)) is not None:
+                pending.add(task.remote(study_ref, scenario, files_ref))
+
+        fill()
         while pending:
             (ready,), _ = ray.wait(list(pending), num_returns=1)
-            del pending[ready]
+            pending.discard(ready)
             version, row = ray.get(ready)
             if version != planner.__version__:
                 raise InputError(
                     f"--backend ray: a node runs planner {version}, this process "
                     f"{planner.__version__}; install the same version on every node"
                 )
-            next_scenario = next(queue, None)
-            if next_scenario is not None:
-                pending[task.remote(study_ref, next_scenario, files_ref)] = next_scenario["id"]
+            fill()
             yield row
     finally:
         for ref in pending:

@@ -52,7 +52,7 @@ import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
 from planner.hardware import HardwareOverrides, override_system
-from planner.quantities import QUANTITIES
+from planner.quantities import QUANTITIES, SWEEP_BACKENDS
 from planner.specs import MODEL_NAMING_FIELDS, JobSpec, ModelSpec
 
 HARDWARE_AXES = tuple(HardwareOverrides.model_fields)
@@ -392,8 +392,6 @@ def _solve_scenario(
 
 Rows = Generator[dict[str, Any], None, None]
 """Rows of a study as its scenarios finish, in any order (a backend's answer)."""
-BACKENDS = ("local", "ray")
-"""Where a sweep's scenarios run: this machine's processes, or Ray (planner.ray_backend)."""
 
 
 def run_study(
@@ -414,8 +412,8 @@ def run_study(
     a process killed at any moment (even SIGKILL) leaves whole lines; a line cut short anyway
     (a full disk, a crash of the machine) is dropped when the sweep resumes, by rewriting the
     file atomically (a temporary file, then ``os.replace``). rows.csv is replaced the same way."""
-    if backend not in BACKENDS:
-        raise InputError(f"backend = {backend!r}: allowed: {', '.join(BACKENDS)}")
+    if backend not in SWEEP_BACKENDS:
+        raise InputError(f"backend = {backend!r}: allowed: {', '.join(SWEEP_BACKENDS)}")
     if address is not None and backend != "ray":
         raise InputError(f"--address {address!r} names a Ray cluster: it needs --backend ray")
     out.mkdir(parents=True, exist_ok=True)

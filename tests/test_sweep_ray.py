@@ -20,26 +20,15 @@ import planner
 from planner.cli import main
 from planner.errors import InputError
 from planner.sweep import load_study, run_study, scenarios
+from tests.test_sweep import STUDY as SWEEP_STUDY
+from tests.test_sweep import write
 
 if os.environ.get("PLANNER_REQUIRE_RAY"):
     import ray
 else:
     ray = pytest.importorskip("ray")
 
-STUDY = {
-    "name": "tiny on ray",
-    "models": ["gpt3-1.3b", "llama2-7b"],
-    "systems": ["dgx-h100"],
-    "gpus": [8, 16],
-    "global_batch": {"per_gpu": 4},
-    "hardware": {"hbm_gib": [16, 80]},
-}
-
-
-def write(tmp_path: Path, study: dict) -> Path:
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(study))
-    return path
+STUDY = {**SWEEP_STUDY, "name": "tiny on ray"}
 
 
 def key(rows: list[dict]) -> list[tuple]:

@@ -214,36 +214,14 @@ def mfu_vs_gpus(
 ) -> Chart:
     """MFU against GPU count: a panel per model, a line per combination of the other varying
     keys; ``mfu_lines`` (fractions) drawn as reference lines."""
-    keys = [k for k in varying(rows, axis_keys(rows)) if k not in ("model", "gpus")]
-    hlines = tuple((100 * m, f"{m:.0%} MFU") for m in mfu_lines)
-    panels = []
-    for model, members in _groups(rows, lambda r: str(r["model"])).items():
-        lines = []
-        for text, points in _groups(
-            [r for r in members if _feasible(r)], lambda r: label(r, keys)
-        ).items():
-            points = sorted(points, key=lambda r: r["gpus"])
-            lines.append(
-                Line(
-                    text,
-                    tuple((float(r["gpus"]), 100 * float(r["mfu"])) for r in points),
-                    tuple(r["id"] for r in points),
-                )
-            )
-        missing = [label(r, ["gpus", *keys]) for r in members if not _feasible(r)]
-        panels.append(
-            Panel(
-                title=model,
-                xlabel="GPUs",
-                ylabel="MFU, %",
-                lines=tuple(lines),
-                hlines=hlines,
-                xlog=True,
-                ylim=(0.0, 100.0),
-                note=f"no plan: {len(missing)} of {len(members)}" if missing else "",
-            )
-        )
-    return Chart(title(study, rows, "MFU against GPU count"), tuple(panels))
+    panels = _mfu_panels(
+        rows,
+        mfu_lines,
+        panel_of=lambda r: str(r["model"]),
+        x_of=lambda r: float(r["gpus"]),
+        xlabel="GPUs",
+    )
+    return Chart(title(study, rows, "MFU against GPU count"), panels)
 
 
 def offload_bandwidth(
@@ -350,38 +328,58 @@ def mfu_vs_model(
     rows: list[dict[str, Any]], study: Study | None, mfu_lines: tuple[float, ...] = ()
 ) -> Chart:
     """MFU against model size: a panel per GPU count, a line per combination of the other
-    varying keys (assumptions, batch, hardware); ``mfu_lines`` as reference lines. Rows with no
-    plan are missing points, counted in the panel's note."""
+    varying keys (assumptions, batch, hardware), the models named on the axis; ``mfu_lines`` as
+    reference lines."""
+    panels = _mfu_panels(
+        rows,
+        mfu_lines,
+        panel_of=lambda r: f"{int(r['gpus']):,} GPUs",
+        x_of=lambda r: scenario_model(r).params / 1e12,
+        xlabel="model parameters, trillions",
+        xticks=_model_ticks,
+    )
+    return Chart(title(study, rows, "MFU against model size"), panels)
+
+
+def _mfu_panels(
+    rows: list[dict[str, Any]],
+    mfu_lines: tuple[float, ...],
+    panel_of: Callable[[dict[str, Any]], str],
+    x_of: Callable[[dict[str, Any]], float],
+    xlabel: str,
+    xticks: Callable[[list[dict[str, Any]]], tuple[tuple[float, str], ...]] | None = None,
+) -> tuple[Panel, ...]:
+    """MFU (%) against ``x_of`` on a log axis: a panel per ``panel_of`` value, a line per
+    combination of the varying keys other than model and GPU count; rows with no plan are
+    missing points, counted in the panel's note."""
     keys = [k for k in varying(rows, axis_keys(rows)) if k not in ("model", "gpus")]
     hlines = tuple((100 * m, f"{m:.0%} MFU") for m in mfu_lines)
     panels = []
-    for gpus, members in _groups(rows, lambda r: int(r["gpus"])).items():
+    for name, members in _groups(rows, panel_of).items():
         lines = []
         for text, points in _groups(
             [r for r in members if _feasible(r)], lambda r: label(r, keys)
         ).items():
-            ordered = sorted(points, key=lambda r: scenario_model(r).params)
+            ordered = sorted(points, key=x_of)
             lines.append(
                 Line(
                     text,
-                    tuple(
-                        (scenario_model(r).params / 1e12, 100 * float(r["mfu"])) for r in ordered
-                    ),
+                    tuple((x_of(r), 100 * float(r["mfu"])) for r in ordered),
                     tuple(r["id"] for r in ordered),
                 )
             )
-        missing = [r for r in members if not _feasible(r)]
+        missing = sum(not _feasible(r) for r in members)
         panels.append(
             Panel(
-                title=f"{gpus:,} GPUs",
-                xlabel="model parameters, trillions",
+                title=name,
+                xlabel=xlabel,
                 ylabel="MFU, %",
                 lines=tuple(lines),
                 hlines=hlines,
                 xlog=True,
                 ylim=(0.0, 100.0),
-                note=f"no plan: {len(missing)} of {len(members)}" if missing else "",
-                xticks=_model_ticks(members),
+                note=f"no plan: {missing} of {len(members)}" if missing else "",
+                xticks=xticks(members) if xticks else (),
             )
         )
-    return Chart(title(study, rows, "MFU against model size"), tuple(panels))
+    return tuple(panels)
