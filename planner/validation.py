@@ -83,8 +83,8 @@ class Fold(BaseModel):
 
     source: str
     calibrated_on: dict[str, str]
-    """stack → what its parameters were fitted on for this fold (its own other runs, or, when
-    the left-out source held all of them, every other run of every stack)."""
+    """stack → what its parameters were fitted on for this fold (its runs in the other sources,
+    or, when the left-out source held all of them, its priors with a transferred GEMM share)."""
     summary: GroupSummary
 
 
@@ -163,10 +163,12 @@ def _predict(run: MeasuredRun, stacks: dict[str, StackProfile]) -> RunResult:
 
 
 def cross_validate(dataset: Dataset) -> CrossValidation:
-    """Leave one source out: calibrate every stack on the runs of the other sources (its own
-    runs there, or every other run when the left-out source held all of its runs), predict the
-    left-out source's runs. Also the in-sample error of the catalog profiles, for comparison."""
-    from planner.calibration import fit, run_stack
+    """Leave one source out and predict its runs from profiles that never saw it: every stack
+    starts from planner.calibration.PRIORS (the catalog's values were fitted on every run); a
+    stack with runs in the other sources is fitted on those; a stack whose runs were all left
+    out keeps its priors, with the GEMM share transferred from the other stacks' fits. Also the
+    in-sample error of the catalog profiles, for comparison."""
+    from planner.calibration import run_stack
 
     sources = list(dict.fromkeys(source_of(run) for run in dataset.runs))
     if len(sources) < 2:
@@ -178,14 +180,7 @@ def cross_validate(dataset: Dataset) -> CrossValidation:
     for source in sources:
         held = [run for run in dataset.runs if source_of(run) == source]
         rest = [run for run in dataset.runs if source_of(run) != source]
-        stacks, trained_on = {}, {}
-        for name in dict.fromkeys(run_stack(run) for run in held):
-            stack = hardware_catalog.load_stack(name)
-            own = [run for run in rest if run_stack(run) == name]
-            params, _ = fit(own or rest, stack, own=bool(own))
-            stacks[name] = stack.model_copy(update=params)
-            others = sorted({source_of(run) for run in own or rest})
-            trained_on[name] = ("its runs in " if own else "all runs of ") + ", ".join(others)
+        stacks, trained_on = _fold_profiles(list(dict.fromkeys(map(run_stack, held))), rest)
         results = [_predict(run, stacks) for run in held]
         predicted += results
         folds.append(
@@ -197,6 +192,43 @@ def cross_validate(dataset: Dataset) -> CrossValidation:
         overall=_summary("all", predicted),
         in_sample=validate(dataset).overall,
     )
+
+
+def _fold_profiles(
+    names: list[str], rest: list[MeasuredRun]
+) -> tuple[dict[str, StackProfile], dict[str, str]]:
+    """The profiles of the stacks ``names`` for a fold whose other sources hold ``rest``, and
+    what each was fitted on (cross_validate)."""
+    from planner.calibration import fit, prior_profile, run_stack, transferred_gemm_efficiency
+
+    own: dict[str, list[MeasuredRun]] = {}
+    for run in rest:
+        own.setdefault(run_stack(run), []).append(run)
+    fitted: dict[str, tuple[int, dict[str, float]]] = {}
+
+    def fits(name: str) -> tuple[int, dict[str, float]]:
+        """(runs, fitted parameters) of a stack on its runs in ``rest``, fitted once."""
+        if name not in fitted:
+            params, _ = fit(own[name], prior_profile(hardware_catalog.load_stack(name)))
+            fitted[name] = (len(own[name]), params)
+        return fitted[name]
+
+    stacks, trained_on = {}, {}
+    for name in names:
+        prior = prior_profile(hardware_catalog.load_stack(name))
+        if name in own:
+            stacks[name] = prior.model_copy(update=fits(name)[1])
+            others = sorted({source_of(run) for run in own[name]})
+            trained_on[name] = "its runs in " + ", ".join(others)
+        else:
+            gemm = transferred_gemm_efficiency({other: fits(other) for other in own})
+            stacks[name] = prior.model_copy(update={"gemm_efficiency": gemm})
+            shares = ", ".join(
+                f"{other} {params['gemm_efficiency']:.3f} ({count} runs)"
+                for other, (count, params) in sorted(fitted.items())
+            )
+            trained_on[name] = f"no runs: priors, GEMM share {gemm:.3f} from {shares}"
+    return stacks, trained_on
 
 
 def _summary(group: str, results: list[RunResult]) -> GroupSummary:

@@ -10,7 +10,7 @@ import yaml
 
 import hardware_catalog
 from planner.api import evaluate
-from planner.calibration import apply_params, fit
+from planner.calibration import BOUNDS, PARAMETERS, apply_params, fit, transferred_gemm_efficiency
 from planner.cli import main
 from planner.errors import InputError
 from planner.specs import JobSpec, Strategy
@@ -23,6 +23,7 @@ from planner.validation import (
     load_dataset,
     predict_step_s,
     resolve,
+    source_of,
     validate,
 )
 
@@ -66,6 +67,45 @@ def test_cross_validated_error_per_source(cross_validated: CrossValidation) -> N
         assert fold.summary.mean_abs_error <= WORST_SOURCE_MEAN, fold.source
         assert fold.calibrated_on  # every fold says what it was fitted on
     assert result.overall.runs == result.in_sample.runs
+
+
+def _two_runs_per_source() -> Dataset:
+    """Two runs of every source of the bundled dataset (each fold's fits stay cheap): a stack
+    with runs in other sources (megatron-lm-2022, llm-foundry) and one without (megatron-core)."""
+    runs, seen = [], {}
+    for run in load_dataset().runs:
+        seen[source_of(run)] = seen.get(source_of(run), 0) + 1
+        if seen[source_of(run)] <= 2:
+            runs.append(run)
+    return Dataset(runs=tuple(runs))
+
+
+def test_cross_validation_never_starts_from_the_catalogs_fitted_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The catalog's profiles were fitted on every run, the left-out source's included: a fold
+    that kept or started from their values would leak it. With every calibrated parameter of
+    every catalog stack moved to its lower bound, each fold predicts the same."""
+    dataset = _two_runs_per_source()
+    honest = cross_validate(dataset)
+    real = hardware_catalog.load_stack
+
+    def distorted(name: str):
+        return real(name).model_copy(update={p: BOUNDS[p][0] for p in PARAMETERS})
+
+    monkeypatch.setattr(hardware_catalog, "load_stack", distorted)
+    again = cross_validate(dataset)
+    assert [r.predicted_step_time_s for r in again.runs] == pytest.approx(
+        [r.predicted_step_time_s for r in honest.runs], rel=1e-12
+    )
+    assert again.in_sample != honest.in_sample  # the in-sample error does read the catalog
+    megatron_core = next(f for f in honest.folds if f.source == "dgxc-benchmarking-llama3.1")
+    assert megatron_core.calibrated_on["megatron-core"].startswith("no runs: priors, GEMM share")
+
+
+def test_transferred_gemm_share_is_the_run_weighted_mean() -> None:
+    fits = {"a": (1, {"gemm_efficiency": 0.9}), "b": (3, {"gemm_efficiency": 0.7})}
+    assert transferred_gemm_efficiency(fits) == pytest.approx(0.75)
 
 
 def test_bundled_dataset_keeps_provenance_and_says_what_it_left_out() -> None:
