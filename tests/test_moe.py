@@ -158,15 +158,29 @@ def test_tp_must_split_the_expert_width(tmp_path: Path, capsys: pytest.CaptureFi
     assert json.loads(capsys.readouterr().out)["strategy"]["tp"] in (1, 2, 4)
 
 
-@pytest.mark.parametrize("fmt", ["nemo", "torchtitan"])
-def test_nemo_and_torchtitan_launch_configurations_of_moe_models_are_refused(
-    capsys: pytest.CaptureFixture[str], fmt: str
+def test_torchtitan_launch_configurations_of_moe_models_are_refused(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
-    assert main([*argv, "--global-batch", "512", "--emit", fmt]) == 2
+    assert main([*argv, "--global-batch", "512", "--emit", "torchtitan"]) == 2
     err = capsys.readouterr().err
-    assert "mixture-of-experts" in err and "--emit megatron" in err
+    assert "mixture-of-experts" in err and "--emit megatron, --emit nemo" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_plan_emits_an_moe_nemo_recipe(capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
+    argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
+    argv += ["--global-batch", "512", "--emit", "nemo"]
+    assert main([*argv, "--json"] if as_json else argv) == 0
+    out = capsys.readouterr().out
+    if as_json:
+        payload = json.loads(out)
+        text, ep = payload["launch"]["text"], payload["strategy"]["ep"]
+    else:
+        text, ep = out, None
+    assert "--factory mixtral_8x7b" in text and "num_moe_experts: 8" in text
+    assert ep is None or f"expert_model_parallel_size: {ep}" in text
 
 
 MOE_LAUNCHES = {
@@ -186,30 +200,53 @@ MOE_LAUNCHES = {
 }  # fmt: skip
 
 
+EXPERT_LAYOUT = {
+    "megatron": ("--expert-model-parallel-size {}", "--expert-tensor-parallel-size"),
+    "nemo": ("expert_model_parallel_size: {}", "expert_tensor_parallel_size: 1"),
+}
+
+
+@pytest.mark.parametrize("fmt", list(EXPERT_LAYOUT))
 @pytest.mark.parametrize("name", list(MOE_LAUNCHES))
-def test_megatron_arguments_of_an_moe_plan_read_back_as_the_same_model_and_strategy(
-    name: str,
+def test_launch_configurations_of_an_moe_plan_read_back_as_the_same_model_and_strategy(
+    name: str, fmt: str
 ) -> None:
     system_name, batch, strategy = MOE_LAUNCHES[name]
     model, system = as_model(name), as_system(system_name)
     job = JobSpec(global_batch=batch, seq_len=4096)
     assert not strategy_violations(model, system, job, strategy)
-    emitted = launch.emit("megatron", model, system, job, strategy)
-    assert f"--expert-model-parallel-size {strategy.ep}" in emitted.text
-    assert ("--expert-tensor-parallel-size" in emitted.text) == bool(strategy.expert_tp)
-    back = launch.read("megatron", emitted.text, system)
+    emitted = launch.emit(fmt, model, system, job, strategy)
+    ep_key, expert_tp_key = EXPERT_LAYOUT[fmt]
+    assert ep_key.format(strategy.ep) in emitted.text
+    assert (expert_tp_key in emitted.text) == bool(strategy.expert_tp)
+    back = launch.read(fmt, emitted.text, system)
     assert back.model == model  # every MoE / latent field read back: the catalog entry
     assert back.strategy == strategy
     assert back.notes == [] and back.unsupported == []
 
 
-def _read_layer_frequency(frequency: str, layers: int = 4):
-    text = (
-        f"--num-layers {layers} --hidden-size 256 --num-attention-heads 8 --ffn-hidden-size 512 "
-        f"--padded-vocab-size 1024 --num-experts 4 --moe-router-topk 2 "
-        f"--moe-layer-freq {frequency}"
-    )
-    return launch.read("megatron", text, as_system("dgx-h100"), gpus=8)
+def _read_layer_frequency(frequency: str, fmt: str = "megatron", layers: int = 4):
+    """A small MoE model whose layer pattern is ``frequency``, as written on Megatron-LM's
+    command line or as a NeMo YAML value."""
+    if fmt == "megatron":
+        text = (
+            f"--num-layers {layers} --hidden-size 256 --num-attention-heads 8 "
+            f"--ffn-hidden-size 512 --padded-vocab-size 1024 --num-experts 4 "
+            f"--moe-router-topk 2 --moe-layer-freq {frequency}"
+        )
+    else:
+        config = {
+            "num_layers": layers,
+            "hidden_size": 256,
+            "num_attention_heads": 8,
+            "ffn_hidden_size": 512,
+            "vocab_size": 1024,
+            "num_moe_experts": 4,
+            "moe_router_topk": 2,
+        }
+        lines = "".join(f"    {key}: {value}\n" for key, value in config.items())
+        text = f"model:\n  config:\n{lines}    moe_layer_freq: {frequency}\n"
+    return launch.read(fmt, text, as_system("dgx-h100"), gpus=8)
 
 
 @pytest.mark.parametrize(
@@ -223,10 +260,11 @@ def _read_layer_frequency(frequency: str, layers: int = 4):
         ("'([1]*1+[0]*1)*2'", 2, True),
     ],
 )
-def test_megatron_moe_layer_frequency_reads_as_dense_blocks(
-    frequency: str, dense: int, noted: bool
+@pytest.mark.parametrize("fmt", ["megatron", "nemo"])
+def test_moe_layer_frequency_reads_as_dense_blocks(
+    frequency: str, dense: int, noted: bool, fmt: str
 ) -> None:
-    config = _read_layer_frequency(frequency)
+    config = _read_layer_frequency(frequency, fmt)
     assert config.model is not None and config.model.dense_layers == dense
     assert config.model.experts == 4 and config.model.experts_per_token == 2
     assert any("dense_layers" in note for note in config.notes) == noted
@@ -244,11 +282,14 @@ def test_megatron_moe_layer_frequency_reads_as_dense_blocks(
         "'" + "+".join(["[0]"] * 20000) + "'",  # deeper than Python's parser recursion
     ],
 )
-def test_a_bad_moe_layer_frequency_is_one_line(frequency: str) -> None:
+@pytest.mark.parametrize(
+    ("fmt", "name"), [("megatron", "--moe-layer-freq"), ("nemo", "moe_layer_freq")]
+)
+def test_a_bad_moe_layer_frequency_is_one_line(frequency: str, fmt: str, name: str) -> None:
     with pytest.raises(InputError) as error:
-        _read_layer_frequency(frequency)
+        _read_layer_frequency(frequency, fmt)
     message = str(error.value)
-    assert "--moe-layer-freq" in message and "\n" not in message
+    assert name in message and "\n" not in message
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])

@@ -10,6 +10,7 @@ use are listed in ``unsupported``; they are not errors.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -153,6 +154,121 @@ def host_offloads(
                 "CPU memory only — not expressible, left out"
             )
     return to_host, notes
+
+
+EXPERT_COUNTS = (
+    "experts_per_token",
+    "expert_ffn_hidden",
+    "shared_experts",
+    "expert_groups",
+    "expert_groups_per_token",
+)
+"""The whole-number MoE fields a configuration states beside the expert count and the layer
+pattern (read_experts)."""
+
+
+def read_experts(
+    parsed: Parsed,
+    experts: int,
+    found: dict[str, object],
+    dispatcher: str | None,
+    names: dict[str, str],
+    prefix: str,
+) -> None:
+    """The MoE shape of Megatron-Core's fields, as Megatron-LM's flags or NeMo's keys give them
+    (``found``: the EXPERT_COUNTS and ``dense_layers``, the ``moe_layer_freq``; ``names`` their
+    flags or keys, ``prefix`` how a message names one). The router's top-k defaults to 2
+    (TransformerConfig's); the shared experts' total width is read as a count of experts of the
+    routed width; a dispatcher other than the all-to-all is costed as it."""
+    shape = parsed.shape
+    shape["experts"] = experts
+    shape["experts_per_token"] = found["experts_per_token"] or 2
+    width, ffn = found["expert_ffn_hidden"], shape.get("ffn_hidden")
+    shape["expert_ffn_hidden"] = 0 if width is None or width == ffn else width
+    shared, expert_width = found["shared_experts"], width or ffn
+    if isinstance(shared, int) and shared and isinstance(expert_width, int):
+        count = max(1, round(shared / expert_width))
+        shape["shared_experts"] = count
+        if count * expert_width != shared:
+            parsed.notes.append(
+                f"shared_experts: {prefix}{names['shared_experts']} {shared} costed as {count} "
+                f"shared expert(s) of the routed experts' width {expert_width}"
+            )
+    layers, frequency = shape.get("layers"), found["dense_layers"]
+    if frequency is not None and isinstance(layers, int):
+        where = prefix + names["dense_layers"]
+        shape["dense_layers"] = dense_layers(frequency, layers, parsed, where)
+    groups = found["expert_groups"]
+    if isinstance(groups, int) and groups > 1:
+        shape["expert_groups"] = groups
+        shape["expert_groups_per_token"] = found["expert_groups_per_token"] or groups
+    if dispatcher not in (None, "alltoall", "flex"):
+        parsed.notes.append(f"ep: the {dispatcher} token dispatcher costed as the all-to-all")
+
+
+def dense_layers(pattern: object, layers: int, parsed: Parsed, where: str) -> int:
+    """Dense blocks of Megatron-Core's ``moe_layer_freq`` (``where`` names the flag or key): an
+    int k (every k-th block, from the first, is MoE), a list of 0/1 per block, or such a list
+    as an expression (``[0]*3+[1]*58``, ``([1]*3+[0])*4``, Megatron-LM's command line), read
+    with a small safe evaluator (lists, ints, + and *), never ``eval``. Dense blocks that do not
+    all come first are costed as if they did (a note says so)."""
+    shown = repr(pattern) if len(repr(pattern)) <= 60 else repr(pattern)[:57] + "..."
+    where = f"{where} = {shown}"
+    if isinstance(pattern, str):
+        try:
+            pattern = _layer_pattern(ast.parse(pattern.strip(), mode="eval").body, layers)
+        except RecursionError:
+            raise InputError(f"{where}: nested too deeply") from None
+        except (SyntaxError, ValueError) as error:
+            raise InputError(
+                f"{where}: {error}; expected an int or a list like [0]*3+[1]*58"
+            ) from None
+    if type(pattern) is int:
+        if pattern < 1:
+            raise InputError(f"{where}: must be at least 1")
+        pattern = [1 if block % pattern == 0 else 0 for block in range(layers)]
+    if (
+        not isinstance(pattern, list)
+        or len(pattern) != layers
+        or any(type(value) is not int or value not in (0, 1) for value in pattern)
+    ):
+        raise InputError(f"{where}: expected an int or {layers} entries of 0 or 1")
+    dense = pattern.count(0)
+    if pattern != [0] * dense + [1] * (layers - dense):
+        parsed.notes.append(
+            f"dense_layers: {where} interleaves dense blocks; costed as its {dense} dense "
+            "blocks first"
+        )
+    return dense
+
+
+def _layer_pattern(node: ast.expr, limit: int) -> int | list[int]:
+    """An int or a list of ints from a tree of list literals, ints, + and * (lists at most
+    ``limit`` long, so a pattern cannot blow up)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.List):
+        values = [_layer_pattern(item, limit) for item in node.elts]
+        if not all(isinstance(value, int) for value in values):
+            raise ValueError("nested lists")
+        return values  # type: ignore[return-value]
+    if isinstance(node, ast.BinOp):
+        if not isinstance(node.op, ast.Add | ast.Mult):
+            raise ValueError("only + and * are allowed")
+        left, right = _layer_pattern(node.left, limit), _layer_pattern(node.right, limit)
+        if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+            result = left + right
+        elif isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
+            items, times = (left, right) if isinstance(left, list) else (right, left)
+            if not 0 <= times <= limit:  # type: ignore[operator]
+                raise ValueError(f"repeat count {times} out of range")
+            result = items * times  # type: ignore[operator]
+        else:
+            raise ValueError("only list + list and list * int are allowed")
+        if len(result) > limit:
+            raise ValueError(f"more than {limit} entries")
+        return result
+    raise ValueError(f"unexpected {type(node).__name__}")
 
 
 def match_catalog(model: ModelSpec) -> ModelSpec:

@@ -61,17 +61,18 @@ Mapping (planner knob ↔ flags):
 
 from __future__ import annotations
 
-import ast
 import math
 import shlex
 
 from planner.errors import InputError
 from planner.launch.common import (
+    EXPERT_COUNTS,
     LaunchConfig,
     Parsed,
     host_offloads,
     place_on_host,
     positive,
+    read_experts,
     read_offload_fraction,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
@@ -575,94 +576,13 @@ def _read_latent_attention(args: _Args, parsed: Parsed) -> None:
 
 
 def _read_experts(args: _Args, parsed: Parsed) -> None:
-    experts = args.whole(FLAGS["experts"])
     dispatcher = args.text("--moe-token-dispatcher-type")
+    experts = args.whole(FLAGS["experts"])
     if not experts:
         return
-    shape = parsed.shape
-    shape["experts"] = experts
-    shape["experts_per_token"] = args.whole(FLAGS["experts_per_token"], 2)
-    width = args.whole(FLAGS["expert_ffn_hidden"])
-    ffn = shape.get("ffn_hidden")
-    shape["expert_ffn_hidden"] = 0 if width is None or width == ffn else width
-    shared = args.whole(FLAGS["shared_experts"])
-    expert_width = width or ffn
-    if shared and isinstance(expert_width, int):
-        count = max(1, round(shared / expert_width))
-        shape["shared_experts"] = count
-        if count * expert_width != shared:
-            parsed.notes.append(
-                f"shared_experts: {FLAGS['shared_experts']} {shared} costed as {count} shared "
-                f"expert(s) of the routed experts' width {expert_width}"
-            )
-    layers = shape.get("layers")
-    frequency = args.text(FLAGS["dense_layers"])
-    if frequency is not None and isinstance(layers, int):
-        shape["dense_layers"] = _dense_layers(frequency, layers, parsed)
-    groups = args.whole(FLAGS["expert_groups"])
-    if groups and groups > 1:
-        shape["expert_groups"] = groups
-        shape["expert_groups_per_token"] = args.whole(FLAGS["expert_groups_per_token"], groups)
-    if dispatcher not in (None, "alltoall", "flex"):
-        parsed.notes.append(
-            f"ep: --moe-token-dispatcher-type {dispatcher} costed as the all-to-all dispatcher"
-        )
-
-
-def _dense_layers(frequency: str, layers: int, parsed: Parsed) -> int:
-    """Dense blocks of ``--moe-layer-freq``: an int k (every k-th block, from the first, is
-    MoE) or a list expression of 0/1 per block (``[0]*3+[1]*58``, ``([1]*3+[0])*4``), read
-    with a small safe evaluator (lists, ints, + and *), never ``eval``."""
-    shown = frequency if len(frequency) <= 60 else frequency[:57] + "..."
-    where = f"megatron argument {FLAGS['dense_layers']} = {shown!r}"
-    try:
-        pattern = _layer_pattern(ast.parse(frequency.strip(), mode="eval").body, layers)
-    except RecursionError:
-        raise InputError(f"{where}: nested too deeply") from None
-    except (SyntaxError, ValueError) as error:
-        raise InputError(f"{where}: {error}; expected an int or a list like [0]*3+[1]*58") from None
-    if isinstance(pattern, int):
-        if pattern < 1:
-            raise InputError(f"{where}: must be at least 1")
-        pattern = [1 if block % pattern == 0 else 0 for block in range(layers)]
-    if len(pattern) != layers or any(value not in (0, 1) for value in pattern):
-        raise InputError(f"{where}: expected {layers} entries of 0 or 1")
-    dense = pattern.count(0)
-    if pattern != [0] * dense + [1] * (layers - dense):
-        parsed.notes.append(
-            f"dense_layers: {where} interleaves dense blocks; costed as its {dense} dense "
-            "blocks first"
-        )
-    return dense
-
-
-def _layer_pattern(node: ast.expr, limit: int) -> int | list[int]:
-    """An int or a list of ints from a tree of list literals, ints, + and * (lists at most
-    ``limit`` long, so a pattern cannot blow up)."""
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.List):
-        values = [_layer_pattern(item, limit) for item in node.elts]
-        if not all(isinstance(value, int) for value in values):
-            raise ValueError("nested lists")
-        return values  # type: ignore[return-value]
-    if isinstance(node, ast.BinOp):
-        if not isinstance(node.op, ast.Add | ast.Mult):
-            raise ValueError("only + and * are allowed")
-        left, right = _layer_pattern(node.left, limit), _layer_pattern(node.right, limit)
-        if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
-            result = left + right
-        elif isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
-            items, times = (left, right) if isinstance(left, list) else (right, left)
-            if not 0 <= times <= limit:  # type: ignore[operator]
-                raise ValueError(f"repeat count {times} out of range")
-            result = items * times  # type: ignore[operator]
-        else:
-            raise ValueError("only list + list and list * int are allowed")
-        if len(result) > limit:
-            raise ValueError(f"more than {limit} entries")
-        return result
-    raise ValueError(f"unexpected {type(node).__name__}")
+    found = {name: args.whole(FLAGS[name]) for name in EXPERT_COUNTS}
+    found["dense_layers"] = args.text(FLAGS["dense_layers"])
+    read_experts(parsed, experts, found, dispatcher, FLAGS, "megatron argument ")
 
 
 def _vocab(args: _Args, tp: int) -> int | None:

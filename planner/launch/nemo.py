@@ -25,7 +25,16 @@ Mapping (planner knob ↔ key): tp, pp, cp, interleave, sequence_parallel ↔
 field); offload to the host tier ↔ ``model.config.cpu_offloading`` (+ ``_weights``,
 ``_activations``, ``_num_layers``) and ``optim.config.optimizer_cpu_offload``; precision ↔
 ``trainer.plugins.precision`` and ``trainer.plugins.fp8: hybrid``; grad_dtype ↔
-``trainer.plugins.grad_reduce_in_fp32``; attention ↔ ``model.config.attention_backend``.
+``trainer.plugins.grad_reduce_in_fp32``; attention ↔ ``model.config.attention_backend``;
+ep, expert_tp ↔ ``trainer.strategy.expert_{model,tensor}_parallel_size`` (expert TP null:
+the TP size, planner's 0) with ``model.config.moe_token_dispatcher_type alltoall``; mixture of
+experts ↔ ``model.config.num_moe_experts``, ``moe_router_topk``, ``moe_ffn_hidden_size``,
+``moe_shared_expert_intermediate_size`` (shared experts × expert width), ``moe_layer_freq`` (a
+0/1 list; an int k or Megatron-LM's list expression read as well), ``moe_router_num_groups``,
+``moe_router_group_topk`` (GPTConfig / TransformerConfig fields); latent attention ↔
+``model.config.multi_latent_attention``, ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
+``qk_pos_emb_head_dim``, ``v_head_dim`` (nemo/collections/llm/gpt/model/deepseek.py,
+``DeepSeekConfig``: an MLATransformerConfig, so these apply to the deepseek_v3 recipe).
 """
 
 from __future__ import annotations
@@ -37,11 +46,13 @@ import yaml
 from hardware_catalog import MAX_SPEC_NODES, SAFE_LOADER, _node_count
 from planner.errors import InputError
 from planner.launch.common import (
+    EXPERT_COUNTS,
     LaunchConfig,
     Parsed,
     host_offloads,
     place_on_host,
     positive,
+    read_experts,
     read_offload_fraction,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
@@ -95,6 +106,22 @@ KEYS: dict[str, str] = {
     "offload_optimizer": "optim.config.optimizer_cpu_offload",
     "offload_optimizer_fraction": "optim.config.optimizer_offload_fraction",
     "precision_aware": "optim.config.use_precision_aware_optimizer",
+    "ep": STRATEGY + "expert_model_parallel_size",
+    "expert_tp": STRATEGY + "expert_tensor_parallel_size",
+    "experts": MODEL + "num_moe_experts",
+    "experts_per_token": MODEL + "moe_router_topk",
+    "expert_ffn_hidden": MODEL + "moe_ffn_hidden_size",
+    "shared_experts": MODEL + "moe_shared_expert_intermediate_size",
+    "dense_layers": MODEL + "moe_layer_freq",
+    "expert_groups": MODEL + "moe_router_num_groups",
+    "expert_groups_per_token": MODEL + "moe_router_group_topk",
+    "dispatcher": MODEL + "moe_token_dispatcher_type",
+    "latent_attention": MODEL + "multi_latent_attention",
+    "q_lora_rank": MODEL + "q_lora_rank",
+    "kv_lora_rank": MODEL + "kv_lora_rank",
+    "qk_head_dim": MODEL + "qk_head_dim",
+    "rope_head_dim": MODEL + "qk_pos_emb_head_dim",
+    "v_head_dim": MODEL + "v_head_dim",
 }
 """The knob ↔ key table (dotted recipe attribute paths)."""
 
@@ -103,6 +130,9 @@ RECIPES = {
     "llama3-8b": "llama3_8b",
     "llama3-70b": "llama3_70b",
     "llama3-405b": "llama31_405b",
+    "mixtral-8x7b": "mixtral_8x7b",
+    "mixtral-8x22b": "mixtral_8x22b",
+    "deepseek-v3": "deepseek_v3",
 }
 """Planner catalog models ↔ NeMo recipe factories of the same shape."""
 
@@ -159,6 +189,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         KEYS["attention"]: "flash" if job.attention == "flash" else "unfused",
         KEYS["zero_stage"]: s.zero_stage >= 1,
     }
+    values |= _expert_values(model, s) | _latent_attention_values(model)
     if s.placement == "tp-pp-dp":
         notes.append(
             "placement = tp-pp-dp: set Megatron-Core's use_tp_pp_dp_mapping (no NeMo recipe key)"
@@ -175,6 +206,11 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         notes.append(
             "ffn_kind = swiglu: set model.config.activation_func to F.silu in Python (the "
             "Llama recipes' configs do; a callable is not a YAML value)"
+        )
+    if model.is_latent_attention and recipe is None:
+        notes.append(
+            "latent attention: apply to the deepseek_v3 recipe (NeMo's multi-latent-attention "
+            "fields belong to its DeepSeekConfig, not to GPTConfig)"
         )
     to_host, offload_notes = host_offloads(s, system, "NeMo", frozenset({"offload_optimizer"}))
     notes += offload_notes
@@ -198,8 +234,50 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         f"# keys as in {VERSION}; apply to {base} (recipe.<key> = value, or key=value on the CLI)",
         *(f"# note: {note}" for note in notes),
     ]
-    body = yaml.safe_dump(_nest(values), sort_keys=False, width=100)
+    body = yaml.dump(_nest(values), Dumper=_Dumper, sort_keys=False, width=100)
     return LaunchConfig(format=FORMAT, text="\n".join(header) + "\n" + body, notes=notes)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML with lists on one line (``moe_layer_freq: [0, 0, 0, 1, ...]``)."""
+
+
+_Dumper.add_representer(
+    list, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, True)
+)
+
+
+def _expert_values(model: ModelSpec, s: Strategy) -> dict[str, object]:
+    """The MoE keys: the expert layout (expert TP null: Megatron-Core's default, the TP size),
+    the all-to-all dispatcher planner costs, and the shape (``moe_layer_freq`` as a 0/1 list)."""
+    if not model.is_moe:
+        return {}
+    dense = model.dense_layers
+    return {
+        KEYS["ep"]: s.ep,
+        KEYS["expert_tp"]: s.expert_tp or None,
+        KEYS["dispatcher"]: "alltoall",
+        KEYS["experts"]: model.experts,
+        KEYS["experts_per_token"]: model.experts_per_token,
+        KEYS["expert_ffn_hidden"]: model.expert_width,
+        KEYS["shared_experts"]: model.shared_experts * model.expert_width or None,
+        KEYS["dense_layers"]: [0] * dense + [1] * (model.layers - dense) if dense else 1,
+        KEYS["expert_groups"]: model.expert_groups or None,
+        KEYS["expert_groups_per_token"]: model.expert_groups_per_token or None,
+    }
+
+
+def _latent_attention_values(model: ModelSpec) -> dict[str, object]:
+    if not model.is_latent_attention:
+        return {}
+    return {
+        KEYS["latent_attention"]: True,
+        KEYS["q_lora_rank"]: model.q_lora_rank or None,
+        KEYS["kv_lora_rank"]: model.kv_lora_rank,
+        KEYS["qk_head_dim"]: model.head_dim,
+        KEYS["rope_head_dim"]: model.rope_head_dim,
+        KEYS["v_head_dim"]: model.v_head_dim or model.head_dim,
+    }
 
 
 def _nest(values: dict[str, object]) -> dict[str, object]:
@@ -275,6 +353,8 @@ def read(text: str, system: SystemSpec) -> Parsed:
         "sequence_parallel": bool(keys.get("sequence_parallel", bool, False)) and tp > 1,
         "dp_overlap": keys.get("dp_overlap", bool, False),
         "tp_overlap": keys.get("tp_overlap", bool, False),
+        "ep": keys.get("ep", int, 1),
+        "expert_tp": keys.get("expert_tp", int, 0),
     }
     keys.get("param_overlap", bool)
     parsed.end_stage_layers = (
@@ -291,6 +371,8 @@ def read(text: str, system: SystemSpec) -> Parsed:
     _read_offload(keys, parsed, system)
     _read_job(keys, parsed)
     _read_shape(keys, parsed)
+    _read_latent_attention(keys, parsed)
+    _read_experts(keys, parsed)
     parsed.unsupported = [key for key in keys.flat if key not in keys.read]
     return parsed
 
@@ -371,3 +453,32 @@ def _read_shape(keys: _Keys, parsed: Parsed) -> None:
     seq = keys.get("model_seq_len", int)
     if seq is not None:
         shape["seq_len"] = seq
+
+
+def _read_latent_attention(keys: _Keys, parsed: Parsed) -> None:
+    if not keys.get("latent_attention", bool, False):
+        return
+    kv_rank = keys.get("kv_lora_rank", int)
+    if kv_rank is None:
+        raise InputError(
+            f"nemo key {KEYS['latent_attention']} = true needs {KEYS['kv_lora_rank']} "
+            "(the latent width)"
+        )
+    shape = parsed.shape
+    shape["kv_lora_rank"] = kv_rank
+    shape["q_lora_rank"] = keys.get("q_lora_rank", int, 0)
+    shape["head_dim"] = keys.get("qk_head_dim", int, 128)  # MLATransformerConfig's defaults
+    shape["rope_head_dim"] = keys.get("rope_head_dim", int, 64)
+    shape["v_head_dim"] = keys.get("v_head_dim", int, 128)
+
+
+def _read_experts(keys: _Keys, parsed: Parsed) -> None:
+    dispatcher = keys.get("dispatcher", str)
+    experts = keys.get("experts", int)
+    frequency = keys.flat.get(KEYS["dense_layers"])
+    keys.read.add(KEYS["dense_layers"])
+    if not experts:
+        return
+    found: dict[str, object] = {name: keys.get(name, int) for name in EXPERT_COUNTS}
+    found["dense_layers"] = frequency
+    read_experts(parsed, experts, found, dispatcher, KEYS, "nemo key ")
