@@ -158,7 +158,7 @@ def test_tp_must_split_the_expert_width(tmp_path: Path, capsys: pytest.CaptureFi
     assert json.loads(capsys.readouterr().out)["strategy"]["tp"] in (1, 2, 4)
 
 
-def test_torchtitan_launch_configurations_of_moe_models_are_refused(
+def test_torchtitan_launch_configurations_of_moe_models_without_a_flavor_are_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
@@ -166,6 +166,26 @@ def test_torchtitan_launch_configurations_of_moe_models_are_refused(
     err = capsys.readouterr().err
     assert "mixture-of-experts" in err and "--emit megatron, --emit nemo" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_torchtitan_job_of_deepseek_v3_reads_back_as_the_same_model_and_strategy() -> None:
+    """torchtitan's deepseek_v3 671B flavor is the catalog model; FSDP2 (ZeRO-3) with expert
+    parallelism over part of dp·cp·tp (expert TP 1) and uneven stages round-trip exactly."""
+    model, system = as_model("deepseek-v3"), as_system("hgx-h800")
+    job = JobSpec(global_batch=15360, seq_len=4096)
+    strategy = Strategy(
+        tp=2, cp=2, pp=16, dp=32, ep=16, expert_tp=1, sequence_parallel=True, zero_stage=3,
+        stage_layers=(4,) * 15 + (1,),
+    )  # fmt: skip
+    assert not strategy_violations(model, system, job, strategy)
+    emitted = launch.emit("torchtitan", model, system, job, strategy)
+    assert 'flavor = "671B"' in emitted.text and "expert_parallel_degree = 16" in emitted.text
+    back = launch.read("torchtitan", emitted.text, system)
+    assert back.model == model and back.strategy == strategy
+    assert back.notes == [] and back.unsupported == [] and emitted.notes == []
+    fp8 = launch.emit("torchtitan", model, system, job.model_copy(update={"precision": "fp8"}),
+                      strategy)  # fmt: skip
+    assert any("grouped_mm.float8" in note for note in fp8.notes)
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])

@@ -39,12 +39,6 @@ def emit(
 ) -> LaunchConfig:
     """``strategy`` for ``model`` on ``system`` as the configuration text of ``fmt``. A job
     that leaves its gradient dtype to the stack is emitted with the stack's."""
-    if (model.is_moe or model.is_latent_attention) and fmt == "torchtitan":
-        kind = "mixture-of-experts" if model.is_moe else "latent-attention"
-        raise InputError(
-            f"--emit {fmt}: model {model.name!r} is a {kind} model, whose {fmt} configuration "
-            "planner does not write yet; allowed: --emit megatron, --emit nemo"
-        )
     if job.grad_dtype is None:
         job = job.model_copy(update={"grad_dtype": load_stack(job.stack).grad_dtype})
     return _format(fmt).emit(model, system, job, strategy)

@@ -26,7 +26,10 @@ tp_overlap ↔ ``enable_async_tensor_parallel`` (needs ``compile.enable``); dp_o
 always prefetches; offload of weights and optimizer to the host tier ↔
 ``training.enable_cpu_offload`` (FSDP2 CPU offload: parameters, gradients and optimizer state
 together); precision fp8 ↔ ``model.converters = ["quantize.linear.float8"]`` (``"float8"`` is
-read too); grad_dtype ↔ ``training.mixed_precision_reduce`` (``float32`` only).
+read too); grad_dtype ↔ ``training.mixed_precision_reduce`` (``float32`` only); ep ↔
+``parallelism.expert_parallel_degree``, expert_tp ↔ ``expert_tensor_parallel_degree`` (1, or
+the TP degree: planner's 0; ``torchtitan/distributed/parallel_dims.py`` allows no other) for
+the MoE flavor torchtitan has (deepseek_v3 671B; other MoE models have none, and are refused).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 import hardware_catalog
 from planner.errors import InputError
-from planner.launch.common import LaunchConfig, Parsed, host_offloads, host_tier
+from planner.launch.common import SHAPE_FIELDS, LaunchConfig, Parsed, host_offloads, host_tier
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "torchtitan"
@@ -68,6 +71,8 @@ KEYS: dict[str, str] = {
     "selective_option": "activation_checkpoint.selective_ac_option",
     "compile": "compile.enable",
     "compile_components": "compile.components",
+    "ep": "parallelism.expert_parallel_degree",
+    "expert_tp": "parallelism.expert_tensor_parallel_degree",
 }
 """The knob ↔ key table (section.key)."""
 
@@ -75,10 +80,13 @@ FLAVORS = {
     ("llama3", "8B"): "llama3-8b",
     ("llama3", "70B"): "llama3-70b",
     ("llama3", "405B"): "llama3-405b",
+    ("deepseek_v3", "671B"): "deepseek-v3",
 }
 """torchtitan model flavors ↔ planner catalog models of the same shape (llama3_args in
 torchtitan/models/llama3/__init__.py: dim, n_layers, n_heads, n_kv_heads, FFN from
-ffn_dim_multiplier and multiple_of, 128,256-token tokenizer; untied, no dropout)."""
+ffn_dim_multiplier and multiple_of, 128,256-token tokenizer; untied, no dropout;
+deepseekv3_args["671B"] in torchtitan/models/deepseek_v3/__init__.py: 61 layers, 3 dense, 256
+routed experts of width 2,048 and one shared, top 8 of 4 of 8 groups, MLA ranks 1,536/512)."""
 
 FLOAT8 = ("quantize.linear.float8", "float8")
 MISSING_HINT: dict[str, str] = {}
@@ -92,6 +100,13 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     s = strategy
     notes: list[str] = []
     flavor = next((key for key, name in FLAVORS.items() if name == model.name), None)
+    if flavor is None and (model.is_moe or model.is_latent_attention):
+        kind = "mixture-of-experts" if model.is_moe else "latent-attention"
+        raise InputError(
+            f"--emit torchtitan: model {model.name!r} is a {kind} model without a torchtitan "
+            "flavor (the MoE flavor planner maps: deepseek_v3 671B); allowed: --emit megatron, "
+            "--emit nemo"
+        )
     if flavor is None:
         flavor = ("llama3", model.name)
         notes.append(
@@ -137,8 +152,19 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         },
         "activation_checkpoint": {"mode": s.recompute},
     }
+    if model.is_moe:
+        sections["parallelism"] |= {
+            "expert_parallel_degree": s.ep,
+            "expert_tensor_parallel_degree": 1 if s.expert_tp == 1 else s.tp,
+        }
     if job.precision == "fp8":
         sections["model"]["converters"] = [FLOAT8[0]]
+        if model.is_moe:
+            notes.append(
+                "precision = fp8: the routed experts' grouped GEMMs take float8 only with "
+                "torchtitan's prototype converter quantize.grouped_mm.float8 (fqns = "
+                '["experts"], torchao nightly); not emitted, so they run in bf16'
+            )
     if s.pp > 1:
         sections["parallelism"] |= {
             "pipeline_parallel_schedule": "Interleaved1F1B" if s.interleave > 1 else "1F1B",
@@ -258,6 +284,7 @@ def read(text: str, system: SystemSpec) -> Parsed:
     keys.get("compile", bool)
     keys.get("compile_components", list)
     _read_model(keys, parsed)
+    _read_experts(keys, parsed, tp)
     _read_batch(keys, parsed, pp)
     _read_data_parallel(keys, parsed)
     _read_pipeline(keys, parsed, pp)
@@ -289,16 +316,15 @@ def _read_model(keys: _Keys, parsed: Parsed) -> None:
         parsed.notes.append(f"model: torchtitan flavor {name} {flavor} is not one of {known}")
         return
     model = hardware_catalog.load_model(catalog)
-    parsed.shape |= {field: getattr(model, field) for field in ("hidden", "layers", "heads")}
-    parsed.shape |= {
-        "kv_heads": model.kv_heads,
-        "head_dim": model.head_dim,
-        "ffn_hidden": model.ffn_hidden,
-        "ffn_kind": model.ffn_kind,
-        "vocab": model.vocab,
-        "tied_embeddings": model.tied_embeddings,
-        "dropout": model.dropout,
-    }
+    parsed.shape |= {field: getattr(model, field) for field in SHAPE_FIELDS}
+
+
+def _read_experts(keys: _Keys, parsed: Parsed, tp: int) -> None:
+    """ep and expert TP of an MoE flavor (torchtitan's expert TP degree defaults to 1; a dense
+    flavor ignores both, as torchtitan does)."""
+    ep, expert_tp = keys.get("ep", int, 1), keys.get("expert_tp", int, 1)
+    if parsed.shape.get("experts"):
+        parsed.knobs |= {"ep": ep, "expert_tp": 1 if expert_tp == 1 and tp > 1 else 0}
 
 
 def _read_batch(keys: _Keys, parsed: Parsed, pp: int) -> None:
