@@ -20,9 +20,11 @@ SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 FIRST_PHASE_DETERMINISTIC_S = 1.5
 """Work budget of the propagation-only first phase, in CP-SAT's deterministic time units
 (about 1 s on this machine; deterministic, so the phase ends at the same point on any machine
-and the answer does not depend on load). The README's main job over offload shares needs
-0.92–0.99 units to prove its optimum and its ``--top`` re-solves; at 1.0 the re-solves were cut
-just short and the LP phase then took 1.4–1.7 s more (top 3: 10.4 s at 1.0, 5.5 s at 1.5).
+and the answer does not depend on load). The README's main job over offload shares needed
+0.92–0.99 units to prove its optimum and its ``--top`` re-solves with element-constraint tables;
+at 1.0 the re-solves were cut just short and the LP phase then took 1.4–1.7 s more (top 3:
+10.4 s at 1.0, 5.5 s at 1.5). With allowed-assignment tables (Variables.table) it needs 0.35
+units (top 3: 1.9 s).
 benchmarks/latency_battery.py --quick over offload halves: 1.0 units p50 0.44 s, p99 3.7 s,
 10 problems in phase 2; 1.5 units p50 0.45 s, p99 3.0 s, 6 in phase 2. Earlier, with context
 parallelism and stage layouts (benchmarks/plan_latency.py --quick, 43 scenarios): 2.0 units,
