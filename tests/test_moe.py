@@ -523,3 +523,17 @@ def test_expert_imbalance_flag(capsys: pytest.CaptureFixture[str], as_json: bool
         assert main([*argv[:-1], "--expert-imbalance", "0.5"]) == 2
         err = capsys.readouterr().err
         assert "--expert-imbalance" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "nemo"])
+def test_a_zero_router_top_k_is_refused_not_defaulted(fmt: str) -> None:
+    """An explicit top-k of 0 is the configuration's own value (an error), not an absent one."""
+    source = {
+        "megatron": "--num-layers 4 --hidden-size 256 --num-attention-heads 8 "
+        "--ffn-hidden-size 512 --padded-vocab-size 1024 --num-experts 4 --moe-router-topk 0",
+        "nemo": "model:\n  config:\n    num_layers: 4\n    hidden_size: 256\n"
+        "    num_attention_heads: 8\n    ffn_hidden_size: 512\n    vocab_size: 1024\n"
+        "    num_moe_experts: 4\n    moe_router_topk: 0\n",
+    }[fmt]
+    with pytest.raises(InputError, match="experts_per_token"):
+        launch.read(fmt, source, as_system("dgx-h100"), gpus=8)

@@ -182,7 +182,8 @@ def read_experts(
     routed width; a dispatcher other than the all-to-all is costed as it."""
     shape = parsed.shape
     shape["experts"] = experts
-    shape["experts_per_token"] = found["experts_per_token"] or 2
+    per_token = found["experts_per_token"]
+    shape["experts_per_token"] = 2 if per_token is None else per_token
     width, ffn = found["expert_ffn_hidden"], shape.get("ffn_hidden")
     shape["expert_ffn_hidden"] = 0 if width is None or width == ffn else width
     shared, expert_width = found["shared_experts"], width or ffn
@@ -201,7 +202,8 @@ def read_experts(
     groups = found["expert_groups"]
     if isinstance(groups, int) and groups > 1:
         shape["expert_groups"] = groups
-        shape["expert_groups_per_token"] = found["expert_groups_per_token"] or groups
+        limited = found["expert_groups_per_token"]
+        shape["expert_groups_per_token"] = groups if limited is None else limited
     if dispatcher not in (None, "alltoall", "flex"):
         parsed.notes.append(f"ep: the {dispatcher} token dispatcher costed as the all-to-all")
 
