@@ -3,9 +3,10 @@
 Every knob is a one-hot vector of booleans over its domain (exactly one true), with its index
 and value as linear expressions of them. dp, the micro-batch count n and the (pp, interleave)
 pair are one-hot too. A cost term that depends on a few knobs is tabulated with the cost model
-over the product of those knobs' domains and tied to an integer variable with ``AddElement`` on
-the linear index of the knobs (DESIGN.md §5): the model grows with the sum of the tables, not with
-the product of all domains.
+over the product of those knobs' domains and tied to an integer variable, by a table of allowed
+(positions..., value) tuples over per-knob position variables, or (spaces with expert layouts) by
+``AddElement`` on the linear index of the knobs (DESIGN.md §5; Variables.table): the model grows
+with the sum of the tables, not with the product of all domains.
 """
 
 from __future__ import annotations
@@ -213,9 +214,9 @@ class Variables:
         The constraint is a table of allowed (positions..., value) tuples over the knobs'
         position variables, or, where the space holds expert layouts (more than one ep), an
         element constraint on the flattened index. Measured (2 cores, one run each):
-        benchmarks/latency_battery.py --quick, total 66 s → 43 s, p50 0.32 → 0.20 s, p99 3.7 →
-        2.9 s, max 6.2 → 4.9 s; benchmarks/plan_latency.py --quick median 0.35 → 0.23 s; the
-        README's main job 0.81 → 0.31 s. With expert layouts the tables were slower
+        benchmarks/latency_battery.py --quick, total 66 s → 44 s, p50 0.32 → 0.21 s, p99 3.7 →
+        2.2 s, max 6.2 → 5.3 s; benchmarks/plan_latency.py --quick median 0.35 → 0.24 s; the
+        README's main job 0.78 → 0.31 s. With expert layouts the tables were slower
         (benchmarks/moe_latency.py: DBRX on 4,096 H100s 3.0 → 4.4 s; DeepSeek-V3 on 2,048 H800s
         under hai-llm 7 s → unproven at 60 s), so those keep the element constraint."""
         shape = tuple(len(self.domains[k]) for k in knobs)

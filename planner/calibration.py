@@ -119,6 +119,8 @@ def transferred_gemm_efficiency(fits: dict[str, tuple[int, dict[str, float]]]) -
     overlap are each stack's own implementation (llm-foundry's unfused kernels and Triton
     attention say nothing of Megatron-Core's fused ones)."""
     runs = sum(count for count, _ in fits.values())
+    if not runs:
+        raise ValueError("no stack's fit to take the GEMM share from")
     return sum(count * params["gemm_efficiency"] for count, params in fits.values()) / runs
 
 
@@ -151,7 +153,8 @@ def fit(
     problem = _Problem(runs, stack)
     start = current_params(stack)
     middle = {name: (_mid(name) if name in free else value) for name, value in start.items()}
-    results = [_descend(problem, values, free, rounds) for values in (start, middle)]
+    starts = [start] if middle == start else [start, middle]
+    results = [_descend(problem, values, free, rounds) for values in starts]
     return min(results, key=lambda result: result[1])
 
 

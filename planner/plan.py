@@ -261,7 +261,9 @@ def _report(
     space: SearchSpace,
 ) -> SolverReport:
     proto = built.model.Proto()
-    entries = sum(len(c.element.exprs) for c in proto.constraints if c.has_element())
+    entries = sum(len(c.element.exprs) for c in proto.constraints if c.has_element()) + sum(
+        len(c.table.values) // len(c.table.exprs) for c in proto.constraints if c.has_table()
+    )
     name = STATUS_NAMES.get(status, "unknown")
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     weight = built.tie_break_weight

@@ -206,7 +206,7 @@ def _fold_profiles(
         own.setdefault(run_stack(run), []).append(run)
     fitted: dict[str, tuple[int, dict[str, float]]] = {}
 
-    def fits(name: str) -> tuple[int, dict[str, float]]:
+    def own_fit(name: str) -> tuple[int, dict[str, float]]:
         """(runs, fitted parameters) of a stack on its runs in ``rest``, fitted once."""
         if name not in fitted:
             params, _ = fit(own[name], prior_profile(hardware_catalog.load_stack(name)))
@@ -217,11 +217,11 @@ def _fold_profiles(
     for name in names:
         prior = prior_profile(hardware_catalog.load_stack(name))
         if name in own:
-            stacks[name] = prior.model_copy(update=fits(name)[1])
+            stacks[name] = prior.model_copy(update=own_fit(name)[1])
             others = sorted({source_of(run) for run in own[name]})
             trained_on[name] = "its runs in " + ", ".join(others)
         else:
-            gemm = transferred_gemm_efficiency({other: fits(other) for other in own})
+            gemm = transferred_gemm_efficiency({other: own_fit(other) for other in own})
             stacks[name] = prior.model_copy(update={"gemm_efficiency": gemm})
             shares = ", ".join(
                 f"{other} {params['gemm_efficiency']:.3f} ({count} runs)"

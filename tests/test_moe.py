@@ -537,3 +537,75 @@ def test_a_zero_router_top_k_is_refused_not_defaulted(fmt: str) -> None:
     }[fmt]
     with pytest.raises(InputError, match="experts_per_token"):
         launch.read(fmt, source, as_system("dgx-h100"), gpus=8)
+
+
+def _deepseek_torchtitan(parallelism: str) -> str:
+    return f'[model]\nname = "deepseek_v3"\nflavor = "671B"\n\n[parallelism]\n{parallelism}'
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "ep", "expert_tp"),
+    [
+        ("tensor_parallel_degree = 8\n", 1, 0),  # no EP: torchtitan splits the experts over TP
+        ("tensor_parallel_degree = 8\nexpert_parallel_degree = 8\n", 8, 1),
+        ("tensor_parallel_degree = 8\nexpert_parallel_degree = 8\n"
+         "expert_tensor_parallel_degree = 8\n", 8, 0),
+    ],
+)  # fmt: skip
+def test_torchtitan_expert_layout_reads_as_torchtitan_runs_it(
+    parallelism: str, ep: int, expert_tp: int
+) -> None:
+    text = _deepseek_torchtitan(parallelism)
+    config = launch.read("torchtitan", text, as_system("hgx-h800"), gpus=2048)
+    assert config.strategy is not None
+    assert (config.strategy.ep, config.strategy.expert_tp) == (ep, expert_tp)
+
+
+def test_torchtitan_expert_layouts_it_cannot_run() -> None:
+    text = _deepseek_torchtitan("tensor_parallel_degree = 8\nexpert_tensor_parallel_degree = 4\n")
+    with pytest.raises(InputError, match="allowed 1 or the TP degree 8"):
+        launch.read("torchtitan", text, as_system("hgx-h800"))
+    model, system, job = as_model("deepseek-v3"), as_system("hgx-h800"), JobSpec(global_batch=512)
+    for strategy, said in [
+        (Strategy(tp=8, pp=16, dp=16, ep=4, expert_tp=1, sequence_parallel=True), "multiple of tp"),
+        (Strategy(tp=8, pp=16, dp=16, ep=1, expert_tp=1, sequence_parallel=True), "over TP"),
+    ]:
+        notes = launch.emit("torchtitan", model, system, job, strategy).notes
+        assert any(said in note for note in notes), notes
+
+
+@pytest.mark.parametrize(
+    ("fmt", "setting", "said"),
+    [
+        ("megatron", "--moe-shared-expert-intermediate-size -5", "at least 0"),
+        ("megatron", "--moe-ffn-hidden-size 0", "at least 1"),
+        ("nemo", "    moe_shared_expert_intermediate_size: -5\n", "at least 0"),
+        ("nemo", "    moe_router_num_groups: -2\n", "at least 1"),
+    ],
+)
+def test_bad_moe_widths_are_one_line(fmt: str, setting: str, said: str) -> None:
+    if fmt == "megatron":
+        text = (
+            "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --ffn-hidden-size 512 "
+            f"--padded-vocab-size 1024 --num-experts 4 {setting}"
+        )
+    else:
+        text = (
+            "model:\n  config:\n    num_layers: 4\n    hidden_size: 256\n"
+            "    num_attention_heads: 8\n    vocab_size: 1024\n    num_moe_experts: 4\n" + setting
+        )
+    with pytest.raises(InputError, match=said) as error:
+        launch.read(fmt, text, as_system("dgx-h100"), gpus=8)
+    assert "\n" not in str(error.value)
+
+
+def test_nemo_latent_attention_needs_both_ranks() -> None:
+    text = (
+        "model:\n  config:\n    num_layers: 4\n    hidden_size: 256\n    num_attention_heads: 8\n"
+        "    vocab_size: 1024\n    multi_latent_attention: true\n    kv_lora_rank: 64\n"
+    )
+    with pytest.raises(InputError, match="q_lora_rank"):
+        launch.read("nemo", text, as_system("dgx-h100"), gpus=8)
+    config = launch.read("nemo", text + "    q_lora_rank: null\n", as_system("dgx-h100"), gpus=8)
+    assert config.model is not None and config.model.q_lora_rank == 0
+    assert config.model.kv_lora_rank == 64 and config.model.rope_head_dim == 64

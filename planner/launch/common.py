@@ -182,11 +182,16 @@ def read_experts(
     routed width; a dispatcher other than the all-to-all is costed as it."""
     shape = parsed.shape
     shape["experts"] = experts
+    for name in ("expert_ffn_hidden", "expert_groups"):
+        positive(prefix + names[name], found[name])  # type: ignore[arg-type]
+    shared = found["shared_experts"]
+    if isinstance(shared, int) and shared < 0:
+        raise InputError(f"{prefix}{names['shared_experts']} = {shared}: must be at least 0")
     per_token = found["experts_per_token"]
     shape["experts_per_token"] = 2 if per_token is None else per_token
     width, ffn = found["expert_ffn_hidden"], shape.get("ffn_hidden")
     shape["expert_ffn_hidden"] = 0 if width is None or width == ffn else width
-    shared, expert_width = found["shared_experts"], width or ffn
+    expert_width = width or ffn
     if isinstance(shared, int) and shared and isinstance(expert_width, int):
         count = max(1, round(shared / expert_width))
         shape["shared_experts"] = count
@@ -206,6 +211,21 @@ def read_experts(
         shape["expert_groups_per_token"] = groups if limited is None else limited
     if dispatcher not in (None, "alltoall", "flex"):
         parsed.notes.append(f"ep: the {dispatcher} token dispatcher costed as the all-to-all")
+
+
+def read_latent_attention(parsed: Parsed, ranks: dict[str, int | None]) -> None:
+    """The multi-latent-attention shape from Megatron-Core's fields: ``ranks`` holds
+    ``kv_lora_rank``, ``q_lora_rank`` (None: no query compression), and ``head_dim``,
+    ``rope_head_dim``, ``v_head_dim`` (None: MLATransformerConfig's 128, 64, 128)."""
+    defaults = {"head_dim": 128, "rope_head_dim": 64, "v_head_dim": 128}
+    parsed.shape |= {
+        "kv_lora_rank": ranks["kv_lora_rank"],
+        "q_lora_rank": ranks["q_lora_rank"] or 0,
+        **{
+            name: default if ranks[name] is None else ranks[name]
+            for name, default in defaults.items()
+        },
+    }
 
 
 def dense_layers(pattern: object, layers: int, parsed: Parsed, where: str) -> int:

@@ -73,6 +73,7 @@ from planner.launch.common import (
     place_on_host,
     positive,
     read_experts,
+    read_latent_attention,
     read_offload_fraction,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
@@ -567,12 +568,14 @@ def _read_latent_attention(args: _Args, parsed: Parsed) -> None:
         raise InputError(
             "megatron argument --multi-latent-attention needs --kv-lora-rank (the latent width)"
         )
-    shape = parsed.shape
-    shape["kv_lora_rank"] = kv_rank
-    shape["q_lora_rank"] = args.whole(FLAGS["q_lora_rank"], 0)
-    shape["head_dim"] = args.whole("--qk-head-dim", 128)
-    shape["rope_head_dim"] = args.whole(FLAGS["rope_head_dim"], 64)
-    shape["v_head_dim"] = args.whole(FLAGS["v_head_dim"], 128)
+    ranks = {
+        "kv_lora_rank": kv_rank,
+        "q_lora_rank": args.whole(FLAGS["q_lora_rank"]),
+        "head_dim": args.whole("--qk-head-dim"),
+        "rope_head_dim": args.whole(FLAGS["rope_head_dim"]),
+        "v_head_dim": args.whole(FLAGS["v_head_dim"]),
+    }
+    read_latent_attention(parsed, ranks)
 
 
 def _read_experts(args: _Args, parsed: Parsed) -> None:

@@ -53,6 +53,7 @@ from planner.launch.common import (
     place_on_host,
     positive,
     read_experts,
+    read_latent_attention,
     read_offload_fraction,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
@@ -456,20 +457,23 @@ def _read_shape(keys: _Keys, parsed: Parsed) -> None:
 
 
 def _read_latent_attention(keys: _Keys, parsed: Parsed) -> None:
+    """Both latent ranks must be stated (null q_lora_rank: no query compression): the recipe's
+    own values are not known here (DeepSeekConfig's differ from MLATransformerConfig's)."""
     if not keys.get("latent_attention", bool, False):
         return
-    kv_rank = keys.get("kv_lora_rank", int)
-    if kv_rank is None:
-        raise InputError(
-            f"nemo key {KEYS['latent_attention']} = true needs {KEYS['kv_lora_rank']} "
-            "(the latent width)"
-        )
-    shape = parsed.shape
-    shape["kv_lora_rank"] = kv_rank
-    shape["q_lora_rank"] = keys.get("q_lora_rank", int, 0)
-    shape["head_dim"] = keys.get("qk_head_dim", int, 128)  # MLATransformerConfig's defaults
-    shape["rope_head_dim"] = keys.get("rope_head_dim", int, 64)
-    shape["v_head_dim"] = keys.get("v_head_dim", int, 128)
+    for knob in ("kv_lora_rank", "q_lora_rank"):
+        if KEYS[knob] not in keys.flat:
+            raise InputError(
+                f"nemo key {KEYS['latent_attention']} = true needs {KEYS[knob]} "
+                "(the latent width; null q_lora_rank: no query compression)"
+            )
+    ranks = {knob: keys.get(knob, int) for knob in ("kv_lora_rank", "q_lora_rank")}
+    ranks |= {
+        "head_dim": keys.get("qk_head_dim", int),
+        "rope_head_dim": keys.get("rope_head_dim", int),
+        "v_head_dim": keys.get("v_head_dim", int),
+    }
+    read_latent_attention(parsed, ranks)
 
 
 def _read_experts(keys: _Keys, parsed: Parsed) -> None:

@@ -39,7 +39,14 @@ from typing import Any
 
 import hardware_catalog
 from planner.errors import InputError
-from planner.launch.common import SHAPE_FIELDS, LaunchConfig, Parsed, host_offloads, host_tier
+from planner.launch.common import (
+    SHAPE_FIELDS,
+    LaunchConfig,
+    Parsed,
+    host_offloads,
+    host_tier,
+    positive,
+)
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "torchtitan"
@@ -157,6 +164,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
             "expert_parallel_degree": s.ep,
             "expert_tensor_parallel_degree": 1 if s.expert_tp == 1 else s.tp,
         }
+        notes += _expert_layout_notes(s)
     if job.precision == "fp8":
         sections["model"]["converters"] = [FLOAT8[0]]
         if model.is_moe:
@@ -319,12 +327,41 @@ def _read_model(keys: _Keys, parsed: Parsed) -> None:
     parsed.shape |= {field: getattr(model, field) for field in SHAPE_FIELDS}
 
 
+def _expert_layout_notes(s: Strategy) -> list[str]:
+    """What torchtitan's expert mesh cannot say of the plan's (parallel_dims.py: expert TP 1 or
+    the TP degree; with expert TP 1 the ep group takes the TP ranks first; apply_moe_ep_tp:
+    without expert parallelism the experts are split over TP)."""
+    notes = []
+    if s.expert_tp not in (0, 1, s.tp):
+        notes.append(
+            f"expert_tp = {s.expert_tp}: torchtitan allows expert TP 1 or the TP degree; "
+            f"emitted as {s.tp}"
+        )
+    if s.ep == 1 and s.expert_tp == 1 and s.tp > 1:
+        notes.append(
+            "expert_tp = 1: without expert parallelism torchtitan splits the experts over TP"
+        )
+    if s.ep > 1 and s.expert_tp == 1 and s.ep % s.tp:
+        notes.append(
+            f"ep = {s.ep}: with expert TP 1 torchtitan's expert group takes all {s.tp} TP ranks "
+            "first, so ep must be a multiple of tp"
+        )
+    return notes
+
+
 def _read_experts(keys: _Keys, parsed: Parsed, tp: int) -> None:
-    """ep and expert TP of an MoE flavor (torchtitan's expert TP degree defaults to 1; a dense
-    flavor ignores both, as torchtitan does)."""
+    """ep and expert TP of an MoE flavor: torchtitan's expert TP degree (default 1) is 1 or the
+    TP degree, and without expert parallelism the experts follow TP (planner's 0); a dense
+    flavor ignores both, as torchtitan does."""
     ep, expert_tp = keys.get("ep", int, 1), keys.get("expert_tp", int, 1)
+    positive(KEYS["ep"], ep)
+    if expert_tp not in (1, tp):
+        raise InputError(
+            f"torchtitan key {KEYS['expert_tp']} = {expert_tp}: allowed 1 or the TP degree {tp}"
+        )
     if parsed.shape.get("experts"):
-        parsed.knobs |= {"ep": ep, "expert_tp": 1 if expert_tp == 1 and tp > 1 else 0}
+        split_over_tp = ep == 1 or expert_tp == tp
+        parsed.knobs |= {"ep": ep, "expert_tp": 0 if split_over_tp else 1}
 
 
 def _read_batch(keys: _Keys, parsed: Parsed, pp: int) -> None:
