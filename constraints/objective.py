@@ -97,11 +97,11 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     zero2 = variables.onehot["zero_stage"][zero_stages.index(2)] if 2 in zero_stages else None
     stage_sums = []
     for stage in ("first", "last"):
-        after, before, per_mb = tables.dp_comm(stage)
+        comm = tables.dp_comm(stage)
         exposed_after = _exposed_once(
             variables,
             f"dp_after_exposed_{stage}",
-            after,
+            comm.after_backward_s,
             [(1, compute.once, 0), (-1, forward.once, 0), *off_b],
             stage,
             overlap,
@@ -110,15 +110,14 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
         exposed_before = _exposed_once(
             variables,
             f"dp_before_exposed_{stage}",
-            before,
+            comm.before_forward_s,
             [(1, forward.once, 0), *off_f],
             stage,
             overlap,
         )
-        comm_all = variables.new_int(
-            f"dp_per_step_comm_{stage}", variables.ub(micro_batches) * variables.ub(per_mb)
+        comm_all = _times_micro_batches(
+            variables, f"dp_per_step_comm_{stage}", micro_batches, comm.per_micro_batch_s
         )
-        m.AddMultiplicationEquality(comm_all, [micro_batches, per_mb])
         # Per micro-batch, ZeRO-3's traffic hides under the whole pass and ZeRO-2's gradient
         # reduce-scatter under the backward alone (step.py): the bound under the whole pass
         # holds for both, the tighter one is enforced under the ZeRO-2 literal.
@@ -132,7 +131,13 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             stage_step,
             (zero2, backward_step) if zero2 is not None else None,
         )
-        stage_sums.append([exposed_after, exposed_before, exposed_mb])
+        # Ring latencies never hide (step.dp_comm_times_s).
+        latency_mb = _times_micro_batches(
+            variables, f"dp_latency_per_step_{stage}", micro_batches, comm.latency_per_micro_batch_s
+        )
+        stage_sums.append(
+            [exposed_after, exposed_before, exposed_mb, comm.latency_per_step_s, latency_mb]
+        )
     dp_exposed = variables.new_int(
         "dp_exposed", max(sum(variables.ub(x) for x in parts) for parts in stage_sums)
     )
@@ -153,6 +158,15 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
     return StepVariables(
         step=step, pipeline=pipeline, dp_exposed=(dp_exposed,), optimizer=optimizer
     )
+
+
+def _times_micro_batches(
+    variables: Variables, name: str, micro_batches: cp_model.IntVar, x: cp_model.IntVar
+) -> cp_model.IntVar:
+    """n·x (AddMultiplicationEquality)."""
+    product = variables.new_int(name, variables.ub(micro_batches) * variables.ub(x))
+    variables.model.AddMultiplicationEquality(product, [micro_batches, x])
+    return product
 
 
 def _times_recomputed(variables: Variables, x: PerBlock) -> PerBlock:

@@ -18,7 +18,7 @@ dp = N/(tp·cp·pp), or over (tp, cp, layout, dp); a layout fixes pp and the blo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -61,6 +61,17 @@ UNITS_PER_IDEAL_STEP = 1e6
 planner promises."""
 TIME_CEILING_IDEAL_STEPS = 1e5
 """Time table entries are clipped at 10^5 ideal steps (an MFU below 10^-5: never a plan)."""
+
+
+@dataclass(frozen=True)
+class DpCommVariables:
+    """A stage's DP communication tables, one per field of step.DpCommTimes (same names)."""
+
+    after_backward_s: cp_model.IntVar
+    before_forward_s: cp_model.IntVar
+    per_micro_batch_s: cp_model.IntVar
+    latency_per_step_s: cp_model.IntVar
+    latency_per_micro_batch_s: cp_model.IntVar
 
 
 MEMORY_PRODUCT_LIMIT = 1 << 61
@@ -427,33 +438,33 @@ class TableBuilder:
     def expert_dp(self, g: Grid) -> np.ndarray:
         return expert_dp_size(g["tp"], g["cp"], self.data_parallel(g), g["ep"], g["expert_tp"])
 
-    def dp_comm(self, stage: str) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
-        """A stage's DP communication: (after the backward, before the forward, per
-        micro-batch)."""
+    def dp_comm(self, stage: str) -> DpCommVariables:
+        """A stage's DP communication (step.DpCommTimes): the transfers after the backward,
+        before the forward and per micro-batch, and the ring latencies per step and per
+        micro-batch."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
         knobs += (*self.placement_axes, *self.EXPERT_AXES)
 
-        def part(index: int):
+        def part(name: str) -> cp_model.IntVar:
             def cost(ctx: CostContext, g: Grid) -> np.ndarray:
                 dp = self.data_parallel(g)
                 span = group_spans(g["tp"], g["cp"], g["pp"], dp, self.placement(g))[0]
-                params = self.layout_params(g, stage)
-                return dp_comm_times_s(
+                times = dp_comm_times_s(
                     ctx,
-                    params.total,
+                    self.layout_params(g, stage),
+                    g[stage],
                     span,
                     dp,
                     g["zero_stage"],
                     g["recompute"],
                     g["cp"],
-                    params.experts,
                     self.expert_dp(g),
-                )[index]
+                )
+                return getattr(times, name)
 
-            return self.evaluate(knobs, cost, ("scale_out_bw",))
+            return self.time(f"dp_{name}_{stage}", *self.evaluate(knobs, cost, ("scale_out_bw",)))
 
-        names = ("dp_after_backward", "dp_before_forward", "dp_per_micro_batch")
-        return tuple(self.time(f"{name}_{stage}", *part(i)) for i, name in enumerate(names))
+        return DpCommVariables(**{f.name: part(f.name) for f in fields(DpCommVariables)})
 
     def optimizer(self) -> cp_model.IntVar:
         """The optimizer step of the stage (first or last) with the most state per rank."""

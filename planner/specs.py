@@ -23,6 +23,7 @@ Precision = Literal["bf16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 AttentionKernel = Literal["flash", "materialized"]
 GradDtype = Literal["fp32", "bf16"]
+DpCollectiveUnit = Literal["block", "bucket", "buffer"]
 
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 """Integer codes of the recompute modes, as used by the vectorised cost model."""
@@ -506,6 +507,16 @@ class StackProfile(Spec):
     the combine stays 16-bit): DeepSeek-V3 §3.3.2."""
     grad_dtype: GradDtype = "fp32"
     """Precision of the gradient buffers gradients accumulate and are reduced in."""
+    dp_collective_unit: DpCollectiveUnit = "bucket"
+    """What one data-parallel collective carries, which sets how many ring latencies a step
+    pays (planner/cost/step.py, dp_collectives): ``block`` — one transformer block's weights
+    (FSDP wraps each block; the embedding and head are one more unit); ``bucket`` — a bucket
+    of max(dp_bucket_params, dp_bucket_params_per_rank·g) parameters for a group of g ranks
+    (Megatron-Core's DDP); ``buffer`` — the whole gradient buffer at once."""
+    dp_bucket_params: float = Field(default=40e6, gt=0, le=1e15)
+    """Smallest bucket, in parameters (``bucket`` unit)."""
+    dp_bucket_params_per_rank: float = Field(default=1e6, ge=0, le=1e12)
+    """Bucket growth per rank of the group, in parameters (``bucket`` unit)."""
     optimizer_bytes_per_param: int = Field(default=12, ge=0, le=64)
     """Optimizer state per parameter: fp32 master weights and two Adam moments (12 bytes)."""
     hbm_reserve_gib: float = Field(default=2.0, ge=0, le=lim.MAX_CAPACITY_GIB)

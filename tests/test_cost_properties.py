@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.cost.context import CostContext
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.step import Knobs, dp_collectives, dp_comm_times_s, evaluate_terms
 from planner.quantities import OFFLOAD_STEPS
 from planner.specs import OFFLOAD_KINDS, JobSpec, offload_code
 from tests.conftest import gpt_model, simple_system
@@ -230,3 +230,66 @@ def test_zero2_dp_traffic_is_not_hidden_twice_in_one_window() -> None:
     ]
     assert all(b >= a * (1 - 1e-12) for a, b in zip(steps, steps[1:], strict=False))
     assert steps[-1] > steps[0]  # offloading every weight at this bandwidth does cost time
+
+
+def _dp_comm(stack: str, dp: int, zero_stage: int, params: float = 1.3e9, blocks: int = 24):
+    import hardware_catalog
+    from planner.cost.memory import StageParams
+
+    ctx = CostContext(
+        gpt_model(), hardware_catalog.load_system("dgx-h100"), JobSpec(global_batch=dp, stack=stack)
+    )
+    per_block = params / blocks
+    stage = StageParams(
+        blocks=np.asarray(params),
+        block=np.asarray(per_block),
+        extra=np.asarray(0.0),
+        experts=np.asarray(0.0),
+        expert_block=np.asarray(0.0),
+    )
+    return ctx, dp_comm_times_s(ctx, stage, blocks, 8 * dp, dp, zero_stage, 0)
+
+
+@pytest.mark.parametrize(
+    "stack, dp, expected",
+    [
+        ("llm-foundry", 512, 25),  # FSDP: one per block and one root unit
+        ("torchtitan", 64, 25),
+        ("megatron-core", 8, 33),  # ⌈1.3e9 / 40e6⌉ buckets
+        ("megatron-core", 512, 3),  # ⌈1.3e9 / (512 · 1e6)⌉
+        ("deepspeed", 512, 3),  # ⌈1.3e9 / 5e8⌉
+        ("megatron-lm-2022", 512, 1),  # the whole buffer
+    ],
+)
+def test_dp_collectives_follow_the_stacks_unit(stack: str, dp: int, expected: int) -> None:
+    ctx, _ = _dp_comm(stack, dp, 1)
+    assert float(dp_collectives(ctx, 1.3e9, 24, dp)) == expected
+
+
+@pytest.mark.parametrize("zero_stage, once, per_mb", [(0, 2, 0), (1, 2, 0), (2, 1, 1), (3, 0, 3)])
+def test_every_dp_collective_pays_one_ring_latency(zero_stage, once, per_mb) -> None:
+    """(g − 1)·α per collective, α of the InfiniBand tier the 512 ranks span: an all-reduce is
+    two rings; ZeRO-3 gathers twice and reduces once per micro-batch (no recompute)."""
+    ctx, comm = _dp_comm("llm-foundry", 512, zero_stage)
+    ring = 511 * ctx.system.network_tiers[1].latency_us * 1e-6
+    assert float(comm.latency_per_step_s) == pytest.approx(once * 25 * ring)
+    assert float(comm.latency_per_micro_batch_s) == pytest.approx(per_mb * 25 * ring)
+
+
+def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
+    """MPT-1b-like FSDP (ZeRO-2, one micro-batch per step): the transfers hide under the passes
+    at every GPU count, the latencies do not, so 128 → 512 GPUs adds 384 ring steps to each of
+    the 2·25 collectives (the llm-foundry H100 table's pattern: 0.557 → 0.617 s)."""
+    import hardware_catalog
+
+    model = gpt_model(hidden=2048, layers=24, heads=16, ffn_hidden=8192, vocab=50368)
+    system = hardware_catalog.load_system("dgx-h100")
+    steps = {}
+    for gpus in (128, 512):
+        job = JobSpec(global_batch=12 * gpus, stack="llm-foundry")
+        knobs = Knobs.of(tp=1, pp=1, dp=gpus, micro_batch=12, zero_stage=2, dp_overlap=True)
+        steps[gpus] = evaluate_terms(CostContext(model, system, job), knobs)
+    alpha = system.network_tiers[1].latency_us * 1e-6
+    growth = float(steps[512].step_time_s - steps[128].step_time_s)
+    assert growth == pytest.approx(2 * 25 * 384 * alpha, rel=0.02)
+    assert float(steps[128].dp_comm_s) == pytest.approx(2 * 25 * 127 * alpha, rel=1e-6)

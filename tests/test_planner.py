@@ -75,6 +75,8 @@ def problems(draw):
         global_batch=batch,
         hbm_reserve_gib=0.01,
         attention=draw(st.sampled_from(["flash", "materialized"])),
+        # DP collectives per bucket (one here) or per block (FSDP: latency grows with depth)
+        stack=draw(st.sampled_from(["megatron-core", "llm-foundry"])),
     )
     return model, system, job, gpus
 

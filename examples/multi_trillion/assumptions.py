@@ -6,7 +6,7 @@ planner's one at a time, and the takeaways' numbers measured at each step.
 
 The poster's assumptions are the catalog system ``h100-offload-512g-poster`` (Calculon's H100
 file) with the stack ``calculon``; planner's are ``h100-offload-512g`` (measured H100 curves)
-with ``megatron-core`` (fitted to published Megatron-Core/NeMo runs). They differ in ten
+with ``megatron-core`` (fitted to published Megatron-Core/NeMo runs). They differ in eleven
 assumptions (ASSUMPTIONS). For each number the takeaways turn on (NUMBERS: MFU of the plans at
 16,384 GPUs and the 1T model's scaling), the script reports
 
@@ -56,12 +56,12 @@ ASSUMPTIONS = (
         "stack's share of the GEMM curve (1 → 0.825, fitted)", stack_fields=("gemm_efficiency",)
     ),
     Assumption(
-        "attention (matmul curve → cuDNN fused kernel as measured × 0.842)",
+        "attention (matmul curve → cuDNN fused kernel as measured × 0.870)",
         system_fields=("accelerator.attention_kernels",),
         stack_fields=("attention_kernel", "attention_efficiency"),
     ),
     Assumption(
-        "TP overlap (perfect → 57 % of hidden time still exposed)",
+        "TP overlap (perfect → 58 % of hidden time still exposed)",
         stack_fields=("tp_overlap_contention",),
     ),
     Assumption(
@@ -72,6 +72,10 @@ ASSUMPTIONS = (
         system_fields=("network_tiers",),
     ),
     Assumption("gradients (bf16 → fp32 buffers and reduction)", stack_fields=("grad_dtype",)),
+    Assumption(
+        "DP collectives (one ring per buffer → Megatron-Core's buckets, each ring's latency shown)",
+        stack_fields=("dp_collective_unit", "dp_bucket_params", "dp_bucket_params_per_rank"),
+    ),
     Assumption(
         "HBM a plan may fill (all 80 GiB → 95 % less a 2 GiB reserve)",
         stack_fields=("hbm_reserve_gib", "hbm_usable_fraction"),

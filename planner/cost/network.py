@@ -45,12 +45,23 @@ def all_reduce_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: Ar
 
 def reduce_scatter_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
     """Ring reduce-scatter (or all-gather) of an ``nbytes`` buffer over ``group`` ranks."""
-    g = np.asarray(group, dtype=float)
-    bandwidth, latency = _tier_arrays(ctx, span)
-    return (g - 1) / g * np.asarray(nbytes, dtype=float) / bandwidth + (g - 1) * latency
+    return ring_transfer_s(ctx, group, span, nbytes) + ring_latency_s(ctx, group, span)
 
 
 all_gather_s = reduce_scatter_s
+
+
+def ring_transfer_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
+    """The bandwidth part of a ring reduce-scatter or all-gather: (g−1)/g·bytes/β."""
+    g = np.asarray(group, dtype=float)
+    bandwidth, _ = _tier_arrays(ctx, span)
+    return (g - 1) / g * np.asarray(nbytes, dtype=float) / bandwidth
+
+
+def ring_latency_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> np.ndarray:
+    """The latency part of one ring reduce-scatter or all-gather: (g−1)·α."""
+    _, latency = _tier_arrays(ctx, span)
+    return (np.asarray(group, dtype=float) - 1) * latency
 
 
 def all_to_all_s(

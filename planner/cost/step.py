@@ -38,7 +38,10 @@ with the backward), ZeRO-3's gathers and reduce-scatter under the forward and ba
 exposed = max(0, comm − window), where a window is the stage's pass including its exposed
 offload stalls (the DP link is free while the stage waits on its offload link). No window hides
 two transfers: ZeRO-2's weight gather has the forward of the first micro-batch to itself (with
-the forward counted for both, a longer offload stall had shortened the step). Each stage
+the forward counted for both, a longer offload stall had shortened the step). Only the
+transfers hide: each collective's ring latency (g − 1)·α shows in full, once per block (FSDP
+stacks), per bucket (Megatron-Core, DeepSpeed) or per buffer, as the stack's
+dp_collective_unit says (dp_comm_times_s, dp_collectives). Each stage
 reduces its own gradients under its own passes, so the DP term is the worst stage kind's (first,
 middle, last), as is the optimizer step. Mixture-of-experts blocks add the expert-parallel token
 dispatch and combine to U and reduce their routed experts' gradients over the
@@ -65,12 +68,18 @@ from planner.cost.flops import (
 from planner.cost.memory import (
     STAGES,
     StageMemory,
+    StageParams,
     block_activation_bytes,
     block_params_per_rank,
     stage_memory,
     stage_params,
 )
-from planner.cost.network import all_gather_s, all_reduce_s, point_to_point_s, reduce_scatter_s
+from planner.cost.network import (
+    all_reduce_s,
+    point_to_point_s,
+    ring_latency_s,
+    ring_transfer_s,
+)
 from planner.cost.offload import offload_exposed_s, optimizer_step_s
 from planner.specs import OFFLOAD_KINDS, PLACEMENT_CODES, RECOMPUTE_CODES, Strategy
 
@@ -365,42 +374,92 @@ def group_spans(
     return inner * d * np.where(pp_inside, p, 1), inner * p * np.where(pp_inside, 1, d)
 
 
+@dataclass(frozen=True)
+class DpCommTimes:
+    """A stage's DP communication per step, unhidden: the transfer (bandwidth) parts, which
+    hide under compute with DP overlap, and the ring latencies, which never do."""
+
+    after_backward_s: np.ndarray
+    """Once per step, after the last backward (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter)."""
+    before_forward_s: np.ndarray
+    """Once per step, before the first forward (ZeRO-1/2 weight all-gather)."""
+    per_micro_batch_s: np.ndarray
+    """Every micro-batch (ZeRO-2 reduce-scatter; ZeRO-3 also the weight all-gathers)."""
+    latency_per_step_s: np.ndarray
+    """Ring latency of the once-per-step collectives."""
+    latency_per_micro_batch_s: np.ndarray
+    """Ring latency of the per-micro-batch collectives."""
+
+
+def dp_collectives(
+    ctx: CostContext, params: ArrayLike, blocks: ArrayLike, ranks: ArrayLike
+) -> np.ndarray:
+    """Collectives one DP reduction or gather of a stage's ``params`` (over ``blocks`` blocks)
+    takes on ``ranks`` ranks, by the stack's unit (StackProfile.dp_collective_unit): one per
+    block plus one for the embedding/head (FSDP), ⌈params / max(b₀, b₁·g)⌉ buckets
+    (Megatron-Core's DDP: b₀ = 40M, b₁ = 1M), or one for the whole buffer."""
+    stack = ctx.stack
+    if stack.dp_collective_unit == "block":
+        return np.asarray(blocks, dtype=float) + 1.0
+    if stack.dp_collective_unit == "buffer":
+        return np.ones(np.shape(params))
+    bucket = np.maximum(
+        stack.dp_bucket_params, stack.dp_bucket_params_per_rank * np.asarray(ranks, dtype=float)
+    )
+    return np.maximum(1.0, np.ceil(np.asarray(params, dtype=float) / bucket))
+
+
 def dp_comm_times_s(
     ctx: CostContext,
-    params: ArrayLike,
+    params: StageParams,
+    blocks: ArrayLike,
     span: ArrayLike,
     dp: ArrayLike,
     zero_stage: ArrayLike,
     recompute: ArrayLike,
     cp: ArrayLike = 1,
-    expert_params: ArrayLike = 0,
     expert_dp: ArrayLike = 1,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(once per step after the backward, once per step before the forward, per micro-batch)
-    DP communication times, unhidden, of a stage whose ranks hold ``params`` parameters each,
-    over the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans); of
-    them, ``expert_params`` are routed experts, reduced over their ``expert_dp`` ranks
-    (planner/cost/experts.py) on the same span, after the dense ones. Depends on (tp, cp, dp,
-    zero_stage, recompute, ep, expert_tp), the stage's layout and the placement."""
+) -> DpCommTimes:
+    """DP communication of a stage of ``blocks`` blocks whose ranks hold ``params`` each, over
+    the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans); the
+    routed experts among them are reduced over their ``expert_dp`` ranks
+    (planner/cost/experts.py) on the same span, after the dense ones. Each collective pays the
+    ring latency (g−1)·α once (dp_collectives says how many there are): measured, MPT's step on
+    H100s grows with the GPU count at a fixed per-GPU batch by 2–6 µs per added ring step per
+    per-block collective (llm-foundry's H100 table, 128 → 512 GPUs) while its transfers hide
+    under compute — a ring is a chain of g−1 dependent hand-offs that the compute kernels on
+    every rank delay. Depends on (tp, cp, dp, zero_stage, recompute, ep, expert_tp), the
+    stage's layout and the placement."""
     zero = np.asarray(zero_stage)
     gathers_per_micro_batch = 2 + (np.asarray(recompute) == 2)
-    experts = np.asarray(expert_params, dtype=float)
-    groups = [(np.asarray(dp) * np.asarray(cp), np.asarray(params, dtype=float) - experts)]
+    experts = np.asarray(params.experts, dtype=float)
+    groups = [(np.asarray(dp) * np.asarray(cp), np.asarray(params.total, dtype=float) - experts)]
     if ctx.model.is_moe:
         groups.append((np.asarray(expert_dp, dtype=float), experts))
-    after_backward = before_forward = per_micro_batch = 0.0
+    once_collectives = np.where(zero <= 1, 2, np.where(zero == 2, 1, 0))
+    per_mb_collectives = np.where(zero == 2, 1, np.where(zero == 3, 1 + gathers_per_micro_batch, 0))
+    after = before = per_mb = latency_step = latency_mb = 0.0
     for ranks, group_params in groups:
         grads = ctx.grad_bytes * group_params
-        reduce = reduce_scatter_s(ctx, ranks, span, grads)
-        gather = all_gather_s(ctx, ranks, span, ACTIVATION_BYTES * group_params)
-        after_backward = after_backward + np.where(
-            zero == 0, all_reduce_s(ctx, ranks, span, grads), np.where(zero == 1, reduce, 0.0)
-        )
-        before_forward = before_forward + np.where((zero == 1) | (zero == 2), gather, 0.0)
-        per_micro_batch = per_micro_batch + np.where(
+        reduce = ring_transfer_s(ctx, ranks, span, grads)
+        gather = ring_transfer_s(ctx, ranks, span, ACTIVATION_BYTES * group_params)
+        after = after + np.where(zero == 0, 2 * reduce, np.where(zero == 1, reduce, 0.0))
+        before = before + np.where((zero == 1) | (zero == 2), gather, 0.0)
+        per_mb = per_mb + np.where(
             zero == 2, reduce, np.where(zero == 3, reduce + gathers_per_micro_batch * gather, 0.0)
         )
-    return after_backward, before_forward, per_micro_batch
+        one = dp_collectives(ctx, group_params, blocks, ranks) * np.where(
+            group_params > 0, ring_latency_s(ctx, ranks, span), 0.0
+        )
+        latency_step = latency_step + once_collectives * one
+        latency_mb = latency_mb + per_mb_collectives * one
+    return DpCommTimes(
+        after_backward_s=np.asarray(after),
+        before_forward_s=np.asarray(before),
+        per_micro_batch_s=np.asarray(per_mb),
+        latency_per_step_s=np.asarray(latency_step),
+        latency_per_micro_batch_s=np.asarray(latency_mb),
+    )
 
 
 def optimizer_time_s(
@@ -514,15 +573,15 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     expert_dp = expert_dp_size(t, c, d, k["ep"], k["expert_tp"])
     for kind in STAGES:
         params = stage_params(ctx, k["tp"], p, blocks[kind], kind, k["ep"], k["expert_tp"])
-        after_backward, before_forward, per_mb_comm = dp_comm_times_s(
+        comm = dp_comm_times_s(
             ctx,
-            params.total,
+            params,
+            blocks[kind],
             dp_span,
             k["dp"],
             k["zero_stage"],
             k["recompute"],
             k["cp"],
-            params.experts,
             expert_dp,
         )
         backward_window = np.where(overlap, stage[kind].backward_window_s, 0.0)
@@ -531,9 +590,11 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             np.asarray(k["zero_stage"]) == 2, backward_window, forward_window + backward_window
         )
         exposed = (
-            np.maximum(0.0, after_backward - backward_window)
-            + np.maximum(0.0, before_forward - forward_window)
-            + n * np.maximum(0.0, per_mb_comm - per_mb_window)
+            np.maximum(0.0, comm.after_backward_s - backward_window)
+            + np.maximum(0.0, comm.before_forward_s - forward_window)
+            + n * np.maximum(0.0, comm.per_micro_batch_s - per_mb_window)
+            + comm.latency_per_step_s
+            + n * comm.latency_per_micro_batch_s
         )
         stage_optimizer = optimizer_time_s(
             ctx,
