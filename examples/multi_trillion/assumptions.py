@@ -56,12 +56,12 @@ ASSUMPTIONS = (
         "stack's share of the GEMM curve (1 → 0.825, fitted)", stack_fields=("gemm_efficiency",)
     ),
     Assumption(
-        "attention (matmul curve → cuDNN fused kernel as measured × 0.870)",
+        "attention (matmul curve → cuDNN fused kernel as measured × 0.842)",
         system_fields=("accelerator.attention_kernels",),
         stack_fields=("attention_kernel", "attention_efficiency"),
     ),
     Assumption(
-        "TP overlap (perfect → 58 % of hidden time still exposed)",
+        "TP overlap (perfect → 57 % of hidden time still exposed)",
         stack_fields=("tp_overlap_contention",),
     ),
     Assumption(
