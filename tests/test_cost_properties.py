@@ -293,3 +293,38 @@ def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
     growth = float(steps[512].step_time_s - steps[128].step_time_s)
     assert growth == pytest.approx(2 * 25 * 384 * alpha, rel=0.02)
     assert float(steps[128].dp_comm_s) == pytest.approx(2 * 25 * 127 * alpha, rel=1e-6)
+
+
+def test_the_dp_collective_unit_is_in_the_stack_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from planner.cli import main
+
+    assert main(["catalog", "show", "llm-foundry", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["dp_collective_unit"] == "block"
+    assert "MPTBlock" in shown["sources"]["dp_collective_unit"]
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("dp_collective_unit", "layer", "Input should be 'block', 'bucket' or 'buffer'"),
+        ("dp_bucket_params", -5, "Input should be greater than 0"),
+        ("dp_bucket_params_per_rank", -1, "Input should be greater than or equal to 0"),
+    ],
+)
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_bad_dp_collective_field_is_a_one_line_error(
+    tmp_path, capsys: pytest.CaptureFixture[str], field, value, message, json_flag
+) -> None:
+    from planner.cli import main
+
+    stack = tmp_path / "mine.yaml"
+    stack.write_text(f"name: mine\n{field}: {value}\n")
+    argv = ["evaluate", "--model", "gpt3-1.3b", "--system", "dgx-h100", "--gpus", "8"]
+    argv += ["--global-batch", "64", "--stack", str(stack), *json_flag]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert f"{field} = " in err and message in err
