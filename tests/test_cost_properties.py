@@ -279,7 +279,7 @@ def test_every_dp_collective_pays_one_ring_latency(zero_stage, once, per_mb) -> 
 def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
     """MPT-1b-like FSDP (ZeRO-2, one micro-batch per step): the transfers hide under the passes
     at every GPU count, the latencies do not, so 128 → 512 GPUs adds 384 ring steps to each of
-    the 2·25 collectives (the llm-foundry H100 table's pattern: 0.557 → 0.617 s)."""
+    the 2·25 collectives (the llm-foundry H100 table's pattern; it measured 0.557 → 0.617 s)."""
     import hardware_catalog
 
     model = gpt_model(hidden=2048, layers=24, heads=16, ffn_hidden=8192, vocab=50368)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +20,9 @@ from tests.conftest import gpt_model, simple_system
 REL = 1e-4
 """Solver and oracle optima agree to the objective's resolution (10^-6 of the ideal step per
 table entry); 10^-4 leaves room for the sum of roundings."""
+
+
+SMALL_BUCKETS = str(Path(__file__).parent / "fixtures" / "stacks" / "small-buckets.yaml")
 
 
 @st.composite
@@ -75,8 +80,9 @@ def problems(draw):
         global_batch=batch,
         hbm_reserve_gib=0.01,
         attention=draw(st.sampled_from(["flash", "materialized"])),
-        # DP collectives per bucket (one here) or per block (FSDP: latency grows with depth)
-        stack=draw(st.sampled_from(["megatron-core", "llm-foundry"])),
+        # DP collectives per bucket (one here; several, by stage and dp, under the small
+        # buckets) or per block (FSDP: latency grows with depth)
+        stack=draw(st.sampled_from(["megatron-core", "llm-foundry", SMALL_BUCKETS])),
     )
     return model, system, job, gpus
 

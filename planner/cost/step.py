@@ -30,7 +30,8 @@ DP communication per step, ring collectives over d·cp ranks on the tier that t�
 ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated
 weights; ZeRO-2 reduce-scatters them every micro-batch (sharded gradients cannot accumulate) and
 all-gathers the weights once; ZeRO-3 also all-gathers the weights before each forward and backward
-(and the recompute) of every micro-batch. With DP overlap, the once-per-step reduction hides
+(and the recompute, except under FSDP, whose recompute runs inside the block's backward) of every
+micro-batch. With DP overlap, the once-per-step reduction hides
 under the backward of the last micro-batch, the weight all-gather under the forward of the first,
 and per-micro-batch traffic under that micro-batch's passes — ZeRO-2's gradient reduce-scatter
 under the backward that produces the gradients (DeepSpeed's overlap_comm overlaps the reduction
@@ -425,13 +426,16 @@ def dp_comm_times_s(
     routed experts among them are reduced over their ``expert_dp`` ranks
     (planner/cost/experts.py) on the same span, after the dense ones. Each collective pays the
     ring latency (g−1)·α once (dp_collectives says how many there are): measured, MPT's step on
-    H100s grows with the GPU count at a fixed per-GPU batch by 2–6 µs per added ring step per
+    H100s grows with the GPU count at a fixed per-GPU batch by 2–9 µs per added ring step per
     per-block collective (llm-foundry's H100 table, 128 → 512 GPUs) while its transfers hide
     under compute — a ring is a chain of g−1 dependent hand-offs that the compute kernels on
     every rank delay. Depends on (tp, cp, dp, zero_stage, recompute, ep, expert_tp), the
     stage's layout and the placement."""
     zero = np.asarray(zero_stage)
-    gathers_per_micro_batch = 2 + (np.asarray(recompute) == 2)
+    # FSDP (per-block units) recomputes a block inside that block's backward, whose weights
+    # are gathered already; other ZeRO-3 implementations gather them again for the recompute.
+    regathers = ctx.stack.dp_collective_unit != "block"
+    gathers_per_micro_batch = 2 + regathers * (np.asarray(recompute) == 2)
     experts = np.asarray(params.experts, dtype=float)
     groups = [(np.asarray(dp) * np.asarray(cp), np.asarray(params.total, dtype=float) - experts)]
     if ctx.model.is_moe:
