@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hardware_catalog
+from planner.cli import main
 from planner.cost.context import CostContext
+from planner.cost.memory import StageParams
 from planner.cost.step import Knobs, dp_collectives, dp_comm_times_s, evaluate_terms
 from planner.quantities import OFFLOAD_STEPS
 from planner.specs import OFFLOAD_KINDS, JobSpec, offload_code
@@ -233,9 +238,6 @@ def test_zero2_dp_traffic_is_not_hidden_twice_in_one_window() -> None:
 
 
 def _dp_comm(stack: str, dp: int, zero_stage: int, params: float = 1.3e9, blocks: int = 24):
-    import hardware_catalog
-    from planner.cost.memory import StageParams
-
     ctx = CostContext(
         gpt_model(), hardware_catalog.load_system("dgx-h100"), JobSpec(global_batch=dp, stack=stack)
     )
@@ -280,8 +282,6 @@ def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
     """MPT-1b-like FSDP (ZeRO-2, one micro-batch per step): the transfers hide under the passes
     at every GPU count, the latencies do not, so 128 → 512 GPUs adds 384 ring steps to each of
     the 2·25 collectives (the llm-foundry H100 table's pattern; it measured 0.557 → 0.617 s)."""
-    import hardware_catalog
-
     model = gpt_model(hidden=2048, layers=24, heads=16, ffn_hidden=8192, vocab=50368)
     system = hardware_catalog.load_system("dgx-h100")
     steps = {}
@@ -296,10 +296,6 @@ def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
 
 
 def test_the_dp_collective_unit_is_in_the_stack_json(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
-    from planner.cli import main
-
     assert main(["catalog", "show", "llm-foundry", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["dp_collective_unit"] == "block"
@@ -318,8 +314,6 @@ def test_the_dp_collective_unit_is_in_the_stack_json(capsys: pytest.CaptureFixtu
 def test_a_bad_dp_collective_field_is_a_one_line_error(
     tmp_path, capsys: pytest.CaptureFixture[str], field, value, message, json_flag
 ) -> None:
-    from planner.cli import main
-
     stack = tmp_path / "mine.yaml"
     stack.write_text(f"name: mine\n{field}: {value}\n")
     argv = ["evaluate", "--model", "gpt3-1.3b", "--system", "dgx-h100", "--gpus", "8"]
