@@ -1102,11 +1102,21 @@ def _print_error(message: str) -> None:
     Console(stderr=True).print(message, markup=False, highlight=False, soft_wrap=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+SOLVING_COMMANDS = frozenset({"plan", "min-hardware", "sweep"})
+"""Commands that import OR-Tools' CP-SAT API."""
+
+
+def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
+    """Run one command; its exit code. ``own_process``: the caller is the console script, so
+    the solving commands import CP-SAT without pandas (planner.cpsat_import)."""
     from pydantic import ValidationError
 
     try:
         args = build_parser().parse_args(argv)
+        if own_process and args.command in SOLVING_COMMANDS:
+            from planner.cpsat_import import import_cp_model_without_pandas
+
+            import_cp_model_without_pandas()
         from rich.console import Console  # after parsing: `--help` and usage errors skip it
 
         return COMMANDS[args.command](args, Console())
@@ -1150,10 +1160,13 @@ def run() -> NoReturn:
     does not do it, since tests and library users call it many times in one process.
 
     The youngest generation is collected every YOUNG_GC_THRESHOLD allocations rather than
-    Python's 700: start-up imports allocate ~100,000 long-lived objects (OR-Tools' pandas,
-    pydantic's schemas), and each early collection re-traverses them (plan: ~15 ms)."""
+    Python's 700: start-up imports allocate ~100,000 long-lived objects (pydantic's schemas,
+    numpy, rich, OR-Tools), and each early collection re-traverses them (plan: ~15 ms).
+
+    The process is the console script's own, so solving commands import CP-SAT without pandas
+    (main's ``own_process``; planner.cpsat_import)."""
     gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
-    code = main()
+    code = main(own_process=True)
     gc.freeze()
     sys.exit(code)
 

@@ -45,11 +45,59 @@ def test_command_does_not_import_the_solver_or_plotting(name: str) -> None:
 
 
 def test_plan_does_load_the_solver() -> None:
-    """The probe can fail: plan imports OR-Tools when it solves."""
+    """The probe can fail: plan imports OR-Tools when it solves (with pandas, called as a
+    library)."""
     argv = ["plan", "--model", "gpt3-1.3b", "--system", "dgx-h100", "--gpus", "8"]
     probe = PROBE.format(argv=[*argv, "--global-batch", "64"], heavy=HEAVY)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert "ortools" in done.stdout.strip().splitlines()[-1]
+    assert done.stdout.strip().splitlines()[-1] == "LOADED ortools,pandas"
+
+
+LEAN_PROBE = """
+import sys
+from planner import cpsat_import
+{setup}
+used = cpsat_import.import_cp_model_without_pandas()
+from ortools.sat.python import cp_model
+model = cp_model.CpModel()
+x = model.NewIntVar(0, 9, "x")
+model.Add(x >= 4)
+model.Minimize(x)
+solver = cp_model.CpSolver()
+status = solver.Solve(model)
+print("USED", used, "PANDAS", "pandas" in sys.modules, "X", solver.Value(x))
+import pandas
+print("REAL", hasattr(pandas, "DataFrame"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ("", "USED True PANDAS False X 4"),
+        ("import pandas", "USED False PANDAS True X 4"),  # loaded already: left as it is
+        # a cp_model that reads another pandas name at import: imported with pandas
+        ("cpsat_import.PANDAS_NAMES_READ_AT_IMPORT = ('Index',)", "USED False PANDAS True X 4"),
+    ],
+)
+def test_cp_model_imports_without_pandas(setup: str, expected: str) -> None:
+    """The stand-in suffices for cp_model's import, the solver works, and a later
+    ``import pandas`` gets the real library."""
+    probe = LEAN_PROBE.format(setup=setup)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.splitlines() == [expected, "REAL True"], done.stderr[-500:]
+
+
+def test_console_script_plans_without_pandas() -> None:
+    """The console script's own process (main's own_process) plans without loading pandas;
+    planner called as a library leaves cp_model's import as it is (test_plan_does_load...)."""
+    argv = ["plan", "--model", "gpt3-1.3b", "--system", "dgx-h100", "--gpus", "8"]
+    probe = PROBE.format(argv=[*argv, "--global-batch", "64"], heavy=HEAVY).replace(
+        f"main({[*argv, '--global-batch', '64']!r})",
+        f"assert main({[*argv, '--global-batch', '64']!r}, own_process=True) == 0",
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip().splitlines()[-1] == "LOADED ortools", done.stderr[-500:]
 
 
 def test_console_script_exits_with_mains_code_after_freezing(monkeypatch, capsys) -> None:
