@@ -29,9 +29,9 @@ def _offload(capacity_gib: float):
 
 
 CASES = [
-    ("1T on 64 A100s", "megatron-1t", "dgx-a100-80g", 64, 512, {}, None),
+    ("1T on 32 A100s", "megatron-1t", "dgx-a100-80g", 32, 512, {}, None),
     ("22B on one A100-40G node", "megatron-22b", "dgx-a100-40g", 8, 8, {}, None),
-    ("batch 1 on 128 GPUs", "gpt3-1.3b", "dgx-h100", 128, 1, {}, None),
+    ("batch 1 on 1,024 GPUs", "gpt3-1.3b", "dgx-h100", 1024, 1, {}, None),
     ("tp=16 pinned", "llama3-70b", "dgx-h100", 64, 512, {"tp": 16}, None),
     ("offload tier too small", "megatron-1t", _offload(16), 64, 512, {}, None),
     ("MFU 90 % wanted", "gpt3-13b", "dgx-h100", 64, 256, {}, PerformanceTarget(min_mfu=0.9)),

@@ -101,10 +101,12 @@ class Grid:
         return self.arrays[name]
 
 
-def make_grid(variables: Variables, knobs: tuple[str, ...]) -> Grid:
+def make_grid(variables: Variables, knobs: tuple[str, ...], reserve: bool = True) -> Grid:
     """The knobs' values over the product of their domains; a ``layout`` axis also gives the
-    layout's ``pp`` and its ``first`` (= middle) and ``last`` stage blocks."""
-    variables.reserve_entries(knobs)
+    layout's ``pp`` and its ``first`` (= middle) and ``last`` stage blocks. ``reserve``: count
+    the grid against the model's table entries (Variables.reserve_entries)."""
+    if reserve:
+        variables.reserve_entries(knobs)
     axes = np.meshgrid(*(np.asarray(variables.domains[k]) for k in knobs), indexing="ij")
     arrays = dict(zip(knobs, axes, strict=True))
     if "layout" in arrays:
@@ -213,12 +215,13 @@ class TableBuilder:
             grid = make_grid(self.variables, knobs)
             return grid, np.broadcast_to(cost(self.ctx, grid), grid[knobs[0]].shape)
         knob = levels[0]
-        base = make_grid(self.variables, knobs)
+        stacked = make_grid(self.variables, (*knobs, knob))  # the table's entries, counted once
+        base = make_grid(self.variables, knobs, reserve=False)
         shape = base[knobs[0]].shape
         values = np.stack(
             [np.broadcast_to(cost(ctx, base), shape) for ctx in self.level_contexts(knob)], axis=-1
         )
-        return make_grid(self.variables, (*knobs, knob)), values
+        return stacked, values
 
     def per_block(
         self, name: str, knobs: tuple[str, ...], cost, affected: tuple[str, ...] = ()
@@ -441,7 +444,9 @@ class TableBuilder:
     def dp_comm(self, stage: str) -> DpCommVariables:
         """A stage's DP communication (step.DpCommTimes): the transfers after the backward,
         before the forward and per micro-batch, and the ring latencies per step and per
-        micro-batch."""
+        micro-batch. The latencies do not depend on the bandwidth, so a scale-out bandwidth
+        query tabulates only the transfers over its levels (gpt3-175b on 1,024 H100s over 81
+        levels needed more than planner's 10^6 table entries with the latencies too)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
         knobs += (*self.placement_axes, *self.EXPERT_AXES)
 
@@ -462,7 +467,8 @@ class TableBuilder:
                 )
                 return getattr(times, name)
 
-            return self.time(f"dp_{name}_{stage}", *self.evaluate(knobs, cost, ("scale_out_bw",)))
+            bandwidths = () if name.startswith("latency") else ("scale_out_bw",)
+            return self.time(f"dp_{name}_{stage}", *self.evaluate(knobs, cost, bandwidths))
 
         return DpCommVariables(**{f.name: part(f.name) for f in fields(DpCommVariables)})
 

@@ -409,3 +409,38 @@ def test_cli_memory_columns_name_their_stage(capsys: pytest.CaptureFixture[str])
     offload = estimate["memory_gib"]["offload_1"]
     rows = ("weights", "gradients", "optimizer", "activations")
     assert sum(offload[k] for k in rows) == pytest.approx(offload["total"])
+
+
+def test_a_bandwidth_query_tabulates_only_what_the_bandwidth_moves() -> None:
+    """The DP ring latencies do not depend on the bandwidth: a scale-out query tabulates only
+    the transfers over its levels. gpt3-175b on 1,024 H100s over the default 81 levels needed
+    more than MAX_TABLE_ENTRIES when the latencies carried the levels too (and the levels'
+    tables were counted twice)."""
+    from dataclasses import replace
+
+    from constraints import build_plan_model
+    from constraints.variables import MAX_TABLE_ENTRIES
+    from planner.api import as_model, as_system
+    from planner.cost.context import CostContext
+    from planner.search_space import build_search_space
+
+    model, system, job = as_model("gpt3-175b"), as_system("dgx-h100"), JobSpec(global_batch=1536)
+    current = system.network_tiers[-1].bandwidth_gbps
+    grid = bandwidth_grid(current / 64, current * 16)  # min_hardware's default range
+    space = build_search_space(model, system, job, 1024, {})
+    space = replace(
+        space,
+        domains={**space.domains, "scale_out_bw": tuple(range(len(grid)))},
+        hardware={"scale_out_bw": grid},
+    )
+    plain = build_plan_model(
+        CostContext(model, system, job), build_search_space(model, system, job, 1024, {})
+    )
+    built = build_plan_model(CostContext(model, system, job), space)
+    assert len(grid) == 81
+    assert built.variables.entries <= MAX_TABLE_ENTRIES
+    latency = [v for v in built.model.Proto().variables if v.name.startswith("dp_latency")]
+    plain_latency = [v for v in plain.model.Proto().variables if v.name.startswith("dp_latency")]
+    assert latency and [tuple(v.domain) for v in latency] == [
+        tuple(v.domain) for v in plain_latency
+    ]
