@@ -83,6 +83,23 @@ class PlanModel:
         )
 
 
+SEARCH_ORDER = ("pp", "tp")
+"""The knobs a guided search (planner.solving) decides first, each from its largest value down,
+before CP-SAT's own heuristics take over. Over the README's main job and the 43 dense scenarios
+of benchmarks/plan_latency.py --quick, the work each order needs to prove them (deterministic
+units, up to 3): pp then tp 7.4 in all, at most 0.53, none unproven; tp then pp 6.9 over 43,
+one unproven (llama3-8b on 4,096 offload H100s); tp alone 8.3, at most 0.78; pp alone 2
+unproven; a third knob (cp, micro-batch or ZeRO stage) 1–3 unproven."""
+
+
+def add_search_order(variables: Variables) -> None:
+    """The decision strategy of a guided search: SEARCH_ORDER's one-hot literals, the largest
+    value's first, each set true in turn (CHOOSE_FIRST, SELECT_MAX_VALUE). Searches that are
+    not guided ignore it."""
+    literals = [literal for knob in SEARCH_ORDER for literal in reversed(variables.onehot[knob])]
+    variables.model.AddDecisionStrategy(literals, cp_model.CHOOSE_FIRST, cp_model.SELECT_MAX_VALUE)
+
+
 def build_plan_model(
     ctx: CostContext,
     space: SearchSpace,
@@ -115,6 +132,7 @@ def build_plan_model(
     )
     needs = add_memory_fit(variables, tables)
     steps = add_step_time(variables, tables)
+    variables.add_tables()
     if target is not None and (target.max_step_s is not None or target.min_mfu is not None):
         add_target(
             variables, steps, target, tables.unit_s, model_flops_per_step(ctx), ctx.peak_flops
@@ -129,6 +147,7 @@ def build_plan_model(
         tie_break_weight=weight,
     )
     built.minimize_step()
+    add_search_order(variables)
     if assumptions:
         model.AddAssumptions(built.family_literals())
     else:

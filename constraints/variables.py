@@ -69,6 +69,12 @@ class Variables:
     positions: dict[str, cp_model.IntVar] = field(default_factory=dict)
     """Per knob, an integer variable equal to the chosen value's position in its domain (the
     tables' index, created on first use)."""
+    pending: dict[tuple[str, ...], list[tuple[cp_model.IntVar, np.ndarray]]] = field(
+        default_factory=dict
+    )
+    """Tables not yet in the model, by the knobs they vary along (add_tables)."""
+    tabulated: int = 0
+    """Cost values the tables tie to variables (after varying_axes)."""
 
     @classmethod
     def create(
@@ -211,17 +217,29 @@ class Variables:
         table's range, so the objective has a bound before any knob is chosen (the README's
         main job: 92 % of the optimum at the root; with 0 in every domain it was 0).
 
-        The constraint is a table of allowed (positions..., value) tuples over the knobs'
-        position variables, or, where the space holds expert layouts (more than one ep), an
-        element constraint on the flattened index. Measured (2 cores, one run each):
-        benchmarks/latency_battery.py --quick, total 66 s → 44 s, p50 0.32 → 0.21 s, p99 3.7 →
-        2.2 s, max 6.2 → 5.3 s; benchmarks/plan_latency.py --quick median 0.35 → 0.24 s; the
-        README's main job 0.78 → 0.31 s. With expert layouts the tables were slower
-        (benchmarks/moe_latency.py: DBRX on 4,096 H100s 3.0 → 4.4 s; DeepSeek-V3 on 2,048 H800s
-        under hai-llm 7 s → unproven at 60 s), so those keep the element constraint."""
+        The tables that vary along the same knobs become one constraint of allowed (positions...,
+        value, value, ...) tuples over the knobs' position variables (add_tables, once every
+        table is made); where the space holds expert layouts (more than one ep), each is an
+        element constraint on the flattened index. Measured (2 cores, one run each), allowed
+        tuples against elements: benchmarks/latency_battery.py --quick, total 66 s → 44 s, p50
+        0.32 → 0.21 s, p99 3.7 → 2.2 s, max 6.2 → 5.3 s; benchmarks/plan_latency.py --quick
+        median 0.35 → 0.24 s; the README's main job 0.78 → 0.31 s. With expert layouts the tables
+        were slower (benchmarks/moe_latency.py: DBRX on 4,096 H100s 3.0 → 4.4 s; DeepSeek-V3 on
+        2,048 H800s under hai-llm 7 s → unproven at 60 s), so those keep the element
+        constraint. One constraint per set of knobs rather than per table (the README's main
+        job: 50 constraints of 17,928 rows → 14 of 4,980; CP-SAT loads it in 0.03 s, not 0.06),
+        2 cores, one run each: benchmarks/latency_battery.py --quick p50 0.19 → 0.16 s, p99 3.4
+        → 2.5 s, total 41 → 36 s; benchmarks/plan_latency.py --quick median ratio 0.90;
+        benchmarks/min_hardware_latency.py gpt3-175b fewest GPUs 21.5 → 15.1 s;
+        benchmarks/top_k_latency.py main job top 20 9.4 → 8.0 s; but the main job's plan
+        itself 0.25 → 0.35 s (its guided search takes longer)."""
         shape = tuple(len(self.domains[k]) for k in knobs)
         table, knobs = varying_axes(np.asarray(values, dtype=np.int64).reshape(shape), knobs)
+        order = list(self.domains)
+        axes = sorted(range(len(knobs)), key=lambda axis: order.index(knobs[axis]))
+        table, knobs = np.transpose(table, axes), tuple(knobs[axis] for axis in axes)
         flat = table.ravel()
+        self.tabulated += flat.size
         lower, upper = int(flat.min()), int(flat.max())
         target = self.model.NewIntVar(lower, upper, name)
         self.upper_bounds[target.Index()] = upper
@@ -233,10 +251,19 @@ class Variables:
             index = sum(int(n) * self.index(k) for n, k in zip(strides, knobs, strict=True))
             self.model.AddElement(index, [int(x) for x in flat], target)
             return target
-        rows = np.indices(table.shape).reshape(len(knobs), -1)
-        tuples = np.vstack([rows, flat]).T.tolist()
-        self.model.AddAllowedAssignments([*map(self.position, knobs), target], tuples)
+        self.pending.setdefault(knobs, []).append((target, flat))
         return target
+
+    def add_tables(self) -> None:
+        """The pending tables, one allowed-assignments constraint per set of knobs: the rows
+        are the knobs' positions, with every table's value over them as a column."""
+        for knobs, columns in self.pending.items():
+            shape = tuple(len(self.domains[k]) for k in knobs)
+            rows = np.indices(shape).reshape(len(knobs), -1)
+            tuples = np.vstack([rows, *(flat for _, flat in columns)]).T.tolist()
+            targets = [target for target, _ in columns]
+            self.model.AddAllowedAssignments([*map(self.position, knobs), *targets], tuples)
+        self.pending.clear()
 
     def position(self, name: str) -> cp_model.IntVar:
         """The knob's position variable (``positions``), tied to its one-hot."""

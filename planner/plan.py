@@ -261,9 +261,6 @@ def _report(
     space: SearchSpace,
 ) -> SolverReport:
     proto = built.model.Proto()
-    entries = sum(len(c.element.exprs) for c in proto.constraints if c.has_element()) + sum(
-        len(c.table.values) // len(c.table.exprs) for c in proto.constraints if c.has_table()
-    )
     name = STATUS_NAMES.get(status, "unknown")
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     weight = built.tie_break_weight
@@ -278,7 +275,7 @@ def _report(
         gap=(objective - bound) / objective if solved and objective else None,
         variables=len(proto.variables),
         constraints=len(proto.constraints),
-        table_entries=entries,
+        table_entries=built.variables.tabulated,
         search_space=space.size(),
     )
 

@@ -4,6 +4,7 @@ strategy, and minimising a hardware quantity."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -18,7 +19,8 @@ SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 FIRST_PHASE_DETERMINISTIC_S = 1.5
-"""Work budget of the propagation-only first phase, in CP-SAT's deterministic time units
+"""Work budget of the unguided propagation-only phase (the first, where the space holds expert
+layouts), in CP-SAT's deterministic time units
 (about 1 s on this machine; deterministic, so the phase ends at the same point on any machine
 and the answer does not depend on load). The README's main job over offload shares needed
 0.92–0.99 units to prove its optimum and its ``--top`` re-solves with element-constraint tables;
@@ -32,12 +34,45 @@ worst 2.55 s (llama3-70b on 4,096 H100s, which propagation alone does not prove 
 proves in 0.47 s); 1.0: worst 1.50 s."""
 
 EXPERT_FIRST_PHASE_DETERMINISTIC_S = 40.0
-"""The first phase's budget where the space holds expert layouts (more than one ep value): the
+"""The propagation phase's budget where the space holds expert layouts (more than one ep value): the
 LP relaxation slows those proofs down, while propagation alone proves them.
 benchmarks/moe_latency.py (Mixtral 8x7B / 8x22B, DBRX, DeepSeek-V3 on 256–4,096 H100s and
 2,048 H800s; 2 cores, one run): every problem proven in either schedule; at 40 units 2.1–23 s,
 52.6 s in all; at 1.5 units then the LP 4.3–48 s, 108 s in all. The slowest, DeepSeek-V3 on
 2,048 H800s under megatron-core, needs 32 units of propagation."""
+
+
+GUIDED_PHASE_DETERMINISTIC_S = 0.8
+"""Work budget of the guided phase (dense spaces): a search that decides pp, then tp, each from
+its largest value down (constraints.SEARCH_ORDER) before CP-SAT's own heuristics. It proves the
+README's main job and the 43 dense scenarios of benchmarks/plan_latency.py --quick in at most
+0.53 units (the unguided search: 2 of them unproven in 5 units); one it does not prove goes on
+to the unguided phase."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One CP-SAT run of a solve: guided or not, with the LP relaxation or not, within a work
+    budget in deterministic units (None: the time limit only)."""
+
+    guided: bool
+    linearization: int
+    work_limit: float | None
+
+
+def phases(experts: bool, lp_fallback: bool, first_phase_units: float | None) -> list[Phase]:
+    """The runs of a solve, in order; each one after the first only if those before left the
+    answer unproven. ``first_phase_units`` overrides the unguided propagation phase's budget."""
+    if not lp_fallback:
+        return [Phase(guided=False, linearization=0, work_limit=None)]
+    budget = EXPERT_FIRST_PHASE_DETERMINISTIC_S if experts else FIRST_PHASE_DETERMINISTIC_S
+    if first_phase_units is not None:
+        budget = first_phase_units
+    runs = [Phase(guided=False, linearization=0, work_limit=budget)]
+    runs.append(Phase(guided=False, linearization=1, work_limit=None))
+    if not experts:
+        runs.insert(0, Phase(guided=True, linearization=0, work_limit=GUIDED_PHASE_DETERMINISTIC_S))
+    return runs
 
 
 def solve(
@@ -47,71 +82,84 @@ def solve(
     lp_fallback: bool = True,
     first_phase_units: float | None = None,
 ) -> tuple[cp_model.CpSolver, int]:
-    """Solve with fixed seed; one worker by default (deterministic), in two phases (one
-    without ``lp_fallback``; ``first_phase_units`` overrides the first phase's budget, for
-    benchmarks).
+    """Solve with fixed seed; one worker by default (deterministic), in phases (``phases``):
+    each later one runs only if those before left the answer unproven, hinted with the best
+    solution so far, within what is left of ``time_limit_s``; the best answer found is
+    returned.
 
-    Both phases skip presolve, probing and SAT inprocessing: on these models (small,
+    Every phase skips presolve, probing and SAT inprocessing: on these models (small,
     element-table heavy) propagation proves optimality, and presolve expands the element
     tables into thousands of Booleans (2.5 s of a 3.4 s solve for a gpt3-175b problem on a
-    perturbed GB200). Phase 1 also leaves the LP relaxation off, and stops after
-    FIRST_PHASE_DETERMINISTIC_S of work (EXPERT_FIRST_PHASE_DETERMINISTIC_S with expert
-    parallelism in the space). Phase 2 runs only if phase 1 left the answer
-    unproven: with the LP relaxation (linearization level 1), hinted with phase 1's best
-    solution, for the rest of ``time_limit_s``. Propagation alone can find no useful bound on
-    some problems (mt-7t on the poster's system, 16,384 GPUs, bf16 gradients: gap 100 % after
-    60 s) that the LP proves in 0.15 s, while the LP always on slows others down.
+    perturbed GB200). A dense space (one ep) is first searched guided (pp, then tp, largest
+    first; GUIDED_PHASE_DETERMINISTIC_S). Then CP-SAT's own search without the LP relaxation,
+    for FIRST_PHASE_DETERMINISTIC_S of work (EXPERT_FIRST_PHASE_DETERMINISTIC_S with expert
+    parallelism in the space). Last, with the LP relaxation (linearization level 1) for the
+    rest of ``time_limit_s``. Propagation alone can find no useful bound on some problems
+    (mt-7t on the poster's system, 16,384 GPUs, bf16 gradients: gap 100 % after 60 s) that the
+    LP proves in 0.15 s, while the LP always on slows others down.
 
-    benchmarks/latency_battery.py (300 random instances, seed 2, and the multi-trillion
-    study's 96), per plan: presolve on, LP off: 99.7 % proven, p99 0.61 s, max 10 s (the limit);
-    presolve on, two phases: 100 %, p99 0.62 s, max 3.4 s; presolve off, two phases (this):
-    100 %, p50 0.029 s, p99 0.16 s, max 0.89 s. benchmarks/plan_latency.py --quick (41 catalog
-    problems): median 0.067 s → 0.038 s, worst 0.22 s → 0.10 s without presolve.
+    Guided first, with the tables merged by their knobs (Variables.add_tables), against neither
+    (2 cores, one run): benchmarks/plan_latency.py --quick median of medians 0.27 → 0.17 s,
+    the dense scenarios' worst 0.68 → 0.49 s; benchmarks/latency_battery.py --quick p50 0.23
+    → 0.15 s, p99 4.6 → 2.3 s, total 48 → 33 s; the README's main job 0.45 → 0.35 s (0.25 s
+    guided over separate tables, which the other benchmarks ran slower with). Without presolve
+    (earlier, benchmarks/latency_battery.py, 300 random instances, seed 2, and the
+    multi-trillion study's 96): presolve on, LP off: 99.7 % proven, p99 0.61 s, max 10 s (the
+    limit); presolve on, two phases: 100 %, p99 0.62 s, max 3.4 s; presolve off, two phases:
+    100 %, p50 0.029 s, p99 0.16 s, max 0.89 s.
 
     Minimum-hardware objectives (a GPU count, a capacity, a grid level) take longer than the
-    first phase without being stuck, and the LP does not speed them up: they solve in one
-    phase, ``lp_fallback=False`` (benchmarks/min_hardware_latency.py: gpt3-175b fewest GPUs
-    4.5 s in one phase, 9.3 s in two)."""
+    propagation phase without being stuck, and the LP does not speed them up: they solve in
+    one unguided phase, ``lp_fallback=False`` (benchmarks/min_hardware_latency.py: gpt3-175b
+    fewest GPUs 4.5 s in one phase, 9.3 s in two)."""
     started = time.perf_counter()
     experts = len(built.variables.domains["ep"]) > 1
-    budget = EXPERT_FIRST_PHASE_DETERMINISTIC_S if experts else FIRST_PHASE_DETERMINISTIC_S
-    if first_phase_units is not None:
-        budget = first_phase_units
-    first_phase = budget if lp_fallback else None
-    solver, status = _run(built, time_limit_s, workers, 0, first_phase)
-    left_s = time_limit_s - (time.perf_counter() - started)
-    if not lp_fallback or status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or left_s <= 0:
-        return solver, status
-    hinted = status == cp_model.FEASIBLE
-    if hinted:
-        _hint(built, solver)
-    second, second_status = _run(built, left_s, workers, 1, None)
-    if hinted:
-        built.model.ClearHints()
-    if second_status == cp_model.UNKNOWN and status == cp_model.FEASIBLE:
-        return solver, status  # phase 2 found nothing better in time: keep phase 1's answer
-    return second, second_status
+    best: tuple[cp_model.CpSolver, int] | None = None
+    for number, phase in enumerate(phases(experts, lp_fallback, first_phase_units)):
+        left_s = time_limit_s - (time.perf_counter() - started)
+        if number and left_s <= 0:
+            break
+        hinted = best is not None and best[1] == cp_model.FEASIBLE
+        if hinted:
+            _hint(built, best[0])
+        solver, status = _run(built, max(left_s, 0.0), workers, phase)
+        if hinted:
+            built.model.ClearHints()
+        if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+            return solver, status
+        if best is None or _better(solver, status, *best):
+            best = solver, status
+    assert best is not None
+    return best
+
+
+def _better(
+    solver: cp_model.CpSolver, status: int, other: cp_model.CpSolver, other_status: int
+) -> bool:
+    """Whether a run's answer beats another's: a solution over none, a lower objective."""
+    if status != cp_model.FEASIBLE:
+        return False
+    return other_status != cp_model.FEASIBLE or solver.ObjectiveValue() < other.ObjectiveValue()
 
 
 def _run(
-    built: PlanModel,
-    time_limit_s: float,
-    workers: int,
-    linearization: int,
-    work_limit: float | None,
+    built: PlanModel, time_limit_s: float, workers: int, phase: Phase
 ) -> tuple[cp_model.CpSolver, int]:
-    """One CP-SAT run; ``work_limit`` in deterministic time units, if any."""
+    """One CP-SAT run of ``phase``; guided: first down the model's search order
+    (constraints.add_search_order), then CP-SAT's heuristics."""
     solver = cp_model.CpSolver()
     parameters = solver.parameters
     parameters.max_time_in_seconds = time_limit_s
-    if work_limit is not None:
-        parameters.max_deterministic_time = work_limit
+    if phase.work_limit is not None:
+        parameters.max_deterministic_time = phase.work_limit
     parameters.num_workers = workers
     parameters.random_seed = DEFAULT_SEED
     parameters.cp_model_presolve = False
     parameters.cp_model_probing_level = 0
     parameters.use_sat_inprocessing = False
-    parameters.linearization_level = linearization
+    parameters.linearization_level = phase.linearization
+    if phase.guided:
+        parameters.search_branching = cp_model.SatParameters.PARTIAL_FIXED_SEARCH
     status = solver.Solve(built.model)
     if status == cp_model.MODEL_INVALID:
         # Input ranges (planner.limits) keep every coefficient inside 64 bits; reaching this is
