@@ -228,8 +228,9 @@ class Variables:
         2,048 H800s under hai-llm 7 s → unproven at 60 s), so those keep the element
         constraint. One constraint per set of knobs rather than per table (the README's main
         job: 50 constraints of 17,928 rows → 14 of 4,980; CP-SAT loads it in 0.03 s, not 0.06),
-        2 cores, one run each: benchmarks/latency_battery.py --quick p50 0.19 → 0.16 s, p99 3.4
-        → 2.5 s, total 41 → 36 s; benchmarks/plan_latency.py --quick median ratio 0.90;
+        2 cores, one run each, guided tp then pp (the order then):
+        benchmarks/latency_battery.py --quick p50 0.19 → 0.16 s, p99 3.4 → 2.5 s, total 41 →
+        36 s; benchmarks/plan_latency.py --quick median ratio 0.90;
         benchmarks/min_hardware_latency.py gpt3-175b fewest GPUs 21.5 → 15.1 s;
         benchmarks/top_k_latency.py main job top 20 9.4 → 8.0 s; but the main job's plan
         itself 0.25 → 0.35 s (its guided search takes longer)."""

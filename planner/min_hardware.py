@@ -41,7 +41,7 @@ from planner.errors import InputError
 from planner.estimate import Estimate
 from planner.plan import Plan, plan
 from planner.quantities import QUANTITIES
-from planner.search_space import build_search_space
+from planner.search_space import SearchSpace, build_search_space
 from planner.solving import SOLVED, decode, solve
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -99,6 +99,15 @@ def bandwidth_grid(low_gbps: float, high_gbps: float) -> tuple[float, ...]:
     return tuple(
         float(f"{low_gbps * 2 ** (i / BANDWIDTH_STEPS_PER_DOUBLING):.4g}") for i in range(steps + 1)
     )
+
+
+def with_bandwidth_levels(
+    space: SearchSpace, knob: str, grid_gbps: tuple[float, ...]
+) -> SearchSpace:
+    """The space with bandwidth ``knob`` (offload_bw or scale_out_bw) a decision over the
+    levels of ``grid_gbps``, its values the levels' positions."""
+    domains = {**space.domains, knob: tuple(range(len(grid_gbps)))}
+    return replace(space, domains=domains, hardware={knob: grid_gbps})
 
 
 def min_hardware(
@@ -420,9 +429,9 @@ class _Query:
         space = build_search_space(
             self.model, self.system, self.job, self.gpus, self.pins, **self.limits
         )
-        domains = {**space.domains, knob: tuple(range(len(grid)))}
-        space = replace(space, domains=domains, hardware={knob: grid})
-        built = build_plan_model(self.ctx, space, target=self.target)
+        built = build_plan_model(
+            self.ctx, with_bandwidth_levels(space, knob, grid), target=self.target
+        )
         built.model.Minimize(built.variables.index(knob))
         solver, status = solve(built, self.time_limit_s, lp_fallback=False)
         if status not in SOLVED:

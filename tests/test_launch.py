@@ -390,7 +390,7 @@ def test_contradiction_names_the_product(tmp_path: Path, capsys) -> None:
 
 def test_evaluate_from_does_not_import_the_solver() -> None:
     argv = ["evaluate", "--from", "megatron", str(GPT3_ARGS), *GPT3_FLAGS, "--emit", "nemo"]
-    probe = PROBE.format(argv=argv, heavy=HEAVY)
+    probe = PROBE.format(argv=argv, own_process=False, heavy=HEAVY)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip().splitlines()[-1] == "LOADED", done.stderr[-500:]
 

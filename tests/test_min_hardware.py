@@ -9,12 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from constraints import build_plan_model
 from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
-from planner.api import evaluate
+from constraints.variables import MAX_TABLE_ENTRIES
+from planner.api import as_model, as_system, evaluate
 from planner.cli import main
-from planner.min_hardware import bandwidth_grid, min_hardware, pareto
+from planner.cost.context import CostContext
+from planner.min_hardware import bandwidth_grid, min_hardware, pareto, with_bandwidth_levels
 from planner.plan import plan
+from planner.search_space import build_search_space
 from planner.specs import JobSpec, Strategy
 from tests.conftest import gpt_model, simple_system
 
@@ -416,27 +420,13 @@ def test_a_bandwidth_query_tabulates_only_what_the_bandwidth_moves() -> None:
     the transfers over its levels. gpt3-175b on 1,024 H100s over the default 81 levels needed
     more than MAX_TABLE_ENTRIES when the latencies carried the levels too (and the levels'
     tables were counted twice)."""
-    from dataclasses import replace
-
-    from constraints import build_plan_model
-    from constraints.variables import MAX_TABLE_ENTRIES
-    from planner.api import as_model, as_system
-    from planner.cost.context import CostContext
-    from planner.search_space import build_search_space
-
     model, system, job = as_model("gpt3-175b"), as_system("dgx-h100"), JobSpec(global_batch=1536)
     current = system.network_tiers[-1].bandwidth_gbps
     grid = bandwidth_grid(current / 64, current * 16)  # min_hardware's default range
+    ctx = CostContext(model, system, job)
     space = build_search_space(model, system, job, 1024, {})
-    space = replace(
-        space,
-        domains={**space.domains, "scale_out_bw": tuple(range(len(grid)))},
-        hardware={"scale_out_bw": grid},
-    )
-    plain = build_plan_model(
-        CostContext(model, system, job), build_search_space(model, system, job, 1024, {})
-    )
-    built = build_plan_model(CostContext(model, system, job), space)
+    plain = build_plan_model(ctx, space)
+    built = build_plan_model(ctx, with_bandwidth_levels(space, "scale_out_bw", grid))
     assert len(grid) == 81
     assert built.variables.entries <= MAX_TABLE_ENTRIES
     latency = [v for v in built.model.Proto().variables if v.name.startswith("dp_latency")]

@@ -27,9 +27,10 @@ PROBE = """
 import sys
 from planner.cli import main
 try:
-    main({argv!r})
-except SystemExit:
-    pass
+    code = main({argv!r}, own_process={own_process!r})
+except SystemExit as exit:
+    code = exit.code
+print('EXIT', code)
 loaded = sorted({{name.split('.')[0] for name in sys.modules}} & set({heavy!r}))
 print('LOADED', ','.join(loaded))
 """
@@ -38,7 +39,7 @@ print('LOADED', ','.join(loaded))
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_command_does_not_import_the_solver_or_plotting(name: str) -> None:
     heavy = (*HEAVY, "numpy") if name in NO_COST_MODEL else HEAVY
-    probe = PROBE.format(argv=COMMANDS[name], heavy=heavy)
+    probe = PROBE.format(argv=COMMANDS[name], own_process=False, heavy=heavy)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     loaded = done.stdout.strip().splitlines()[-1]
     assert loaded == "LOADED", (name, loaded, done.stderr[-500:])
@@ -48,9 +49,9 @@ def test_plan_does_load_the_solver() -> None:
     """The probe can fail: plan imports OR-Tools when it solves (with pandas, called as a
     library)."""
     argv = ["plan", "--model", "gpt3-1.3b", "--system", "dgx-h100", "--gpus", "8"]
-    probe = PROBE.format(argv=[*argv, "--global-batch", "64"], heavy=HEAVY)
+    probe = PROBE.format(argv=[*argv, "--global-batch", "64"], own_process=False, heavy=HEAVY)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.stdout.strip().splitlines()[-1] == "LOADED ortools,pandas"
+    assert done.stdout.strip().splitlines()[-2:] == ["EXIT 0", "LOADED ortools,pandas"]
 
 
 LEAN_PROBE = """
@@ -92,12 +93,9 @@ def test_console_script_plans_without_pandas() -> None:
     """The console script's own process (main's own_process) plans without loading pandas;
     planner called as a library leaves cp_model's import as it is (test_plan_does_load...)."""
     argv = ["plan", "--model", "gpt3-1.3b", "--system", "dgx-h100", "--gpus", "8"]
-    probe = PROBE.format(argv=[*argv, "--global-batch", "64"], heavy=HEAVY).replace(
-        f"main({[*argv, '--global-batch', '64']!r})",
-        f"assert main({[*argv, '--global-batch', '64']!r}, own_process=True) == 0",
-    )
+    probe = PROBE.format(argv=[*argv, "--global-batch", "64"], own_process=True, heavy=HEAVY)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.stdout.strip().splitlines()[-1] == "LOADED ortools", done.stderr[-500:]
+    assert done.stdout.strip().splitlines()[-2:] == ["EXIT 0", "LOADED ortools"], done.stderr[-500:]
 
 
 def test_console_script_exits_with_mains_code_after_freezing(monkeypatch, capsys) -> None:
