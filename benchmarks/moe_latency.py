@@ -1,27 +1,40 @@
-"""Solve latency of mixture-of-experts plans under the two first-phase budgets, in one run.
+"""Solve latency of mixture-of-experts plans: one model over the whole space against the space
+split by expert-parallel size, in one run.
 
-    python benchmarks/moe_latency.py              # eight problems, 1 repeat (~3 min)
+    python benchmarks/moe_latency.py                        # eight problems, 1 repeat (~1 min)
     python benchmarks/moe_latency.py --repeats 3
+    python benchmarks/moe_latency.py --whole-units 1.5 40   # the whole model's first-phase budgets
 
 Expert parallelism multiplies the plan's search space by the expert layouts (ep × expert TP).
-planner.solving proves a plan in a propagation-only first phase and falls back on the LP
-relaxation if that phase runs out of its budget: 1.5 deterministic units for a dense space,
-planner.solving.EXPERT_FIRST_PHASE_DETERMINISTIC_S where the space has more than one ep. For
-each problem this prints the build + solve wall time (median over ``--repeats``) and status
-under both budgets, and the ratio.
+``plan`` solves such a space in parts, one dense model per ep value, the largest first, each
+after the first held below the best objective so far (planner.solving.expert_parts,
+solve_parts); ``--top``, the minimum-hardware queries and the diagnosis solve one model of the
+whole space, whose propagation phase has planner.solving.EXPERT_FIRST_PHASE_DETERMINISTIC_S of
+work before the LP (``--whole-units`` compares other budgets). For each problem this prints the
+build + solve wall time (median over ``--repeats``) and status of each way, the ratio of the
+first whole-space column to the parts, and that all reach the same objective.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
+
+from ortools.sat.python import cp_model
 
 from constraints import build_plan_model
 from planner.api import as_model, as_system
 from planner.cost.context import CostContext
 from planner.search_space import build_search_space
-from planner.solving import EXPERT_FIRST_PHASE_DETERMINISTIC_S, FIRST_PHASE_DETERMINISTIC_S, solve
+from planner.solving import (
+    EXPERT_FIRST_PHASE_DETERMINISTIC_S,
+    SOLVED,
+    expert_parts,
+    solve,
+    solve_parts,
+)
 from planner.specs import JobSpec
 
 PROBLEMS = (
@@ -46,40 +59,73 @@ PROBLEMS = (
 )
 
 
-def solve_once(model: str, system: str, gpus: int, job: dict, units: float) -> tuple[float, str]:
-    """(build + solve wall seconds, status name) with a first phase of ``units``."""
+def solve_whole(model: str, system: str, gpus: int, job: dict, units: float):
+    """(build + solve wall seconds, status name, objective) of one model of the whole space with
+    a first phase of ``units``."""
     started = time.perf_counter()
+    ctx, space = _problem(model, system, gpus, job)
+    built = build_plan_model(ctx, space)
+    solver, status = solve(built, time_limit_s=60.0, first_phase_units=units)
+    objective = solver.ObjectiveValue() if status in SOLVED else None
+    return time.perf_counter() - started, solver.StatusName(status).lower(), objective
+
+
+def solve_split(model: str, system: str, gpus: int, job: dict):
+    """(build + solve wall seconds, status name, objective) of the space in parts, one per ep,
+    as plan solves it; the status names the models solved."""
+    started = time.perf_counter()
+    ctx, space = _problem(model, system, gpus, job)
+    parts = expert_parts(space)
+    solved = solve_parts(lambda part: build_plan_model(ctx, part), parts, time_limit_s=60.0)
+    objective = solved.solver.ObjectiveValue() if solved.status in SOLVED else None
+    name = cp_model.CpSolver().StatusName(solved.status).lower()
+    return time.perf_counter() - started, f"{name}/{solved.models}", objective
+
+
+def _problem(model: str, system: str, gpus: int, job: dict):
     model_spec, system_spec, job_spec = as_model(model), as_system(system), JobSpec(**job)
     ctx = CostContext(model_spec, system_spec, job_spec)
-    built = build_plan_model(ctx, build_search_space(model_spec, system_spec, job_spec, gpus, {}))
-    solver, status = solve(built, time_limit_s=60.0, first_phase_units=units)
-    return time.perf_counter() - started, solver.StatusName(status).lower()
+    return ctx, build_search_space(model_spec, system_spec, job_spec, gpus, {})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--whole-units",
+        type=float,
+        nargs="+",
+        default=[EXPERT_FIRST_PHASE_DETERMINISTIC_S],
+        help="first-phase budgets of the whole-space model, one column each",
+    )
     args = parser.parse_args()
-    budgets = (FIRST_PHASE_DETERMINISTIC_S, EXPERT_FIRST_PHASE_DETERMINISTIC_S)
+    ways = [
+        (f"whole {units:g}u", functools.partial(solve_whole, units=units))
+        for units in args.whole_units
+    ]
+    ways.append(("per ep", solve_split))
     print(
         f"{'model':14} {'system':18} {'GPUs':>5} {'stack':13}"
-        + "".join(f" {f'{b:g} units s':>13} {'status':>9}" for b in budgets)
-        + f" {'ratio':>6}"
+        + "".join(f" {name + ' s':>12} {'status':>11}" for name, _ in ways)
+        + f" {'ratio':>6} same"
     )
-    totals = [0.0, 0.0]
+    totals = [0.0] * len(ways)
     for model, system, gpus, job in PROBLEMS:
-        cells = []
-        for column, units in enumerate(budgets):
-            runs = [solve_once(model, system, gpus, job, units) for _ in range(args.repeats)]
-            median_s = statistics.median(t for t, _ in runs)
+        cells, objectives = [], set()
+        for column, (_, way) in enumerate(ways):
+            runs = [way(model, system, gpus, job) for _ in range(args.repeats)]
+            median_s = statistics.median(t for t, _, _ in runs)
             totals[column] += median_s
             cells.append((median_s, runs[-1][1]))
+            objectives |= {objective for _, _, objective in runs}
         stack = job.get("stack", "megatron-core")
-        row = "".join(f" {t:13.2f} {status:>9}" for t, status in cells)
-        print(f"{model:14} {system:18} {gpus:5d} {stack:13}{row} {cells[0][0] / cells[1][0]:6.2f}")
+        row = "".join(f" {t:12.2f} {status:>11}" for t, status in cells)
+        ratio = cells[0][0] / cells[-1][0]
+        same = "yes" if len(objectives) == 1 else "NO"
+        print(f"{model:14} {system:18} {gpus:5d} {stack:13}{row} {ratio:6.2f} {same}")
     print(
-        f"total: {totals[0]:.1f} s at {budgets[0]:g} units, {totals[1]:.1f} s at "
-        f"{budgets[1]:g} units (ratio {totals[0] / totals[1]:.2f})"
+        "total: "
+        + ", ".join(f"{name} {total:.1f} s" for (name, _), total in zip(ways, totals, strict=True))
     )
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 from ortools.sat.python import cp_model
 from pydantic import BaseModel
 
-from constraints import PlanModel, build_plan_model
+from constraints import build_plan_model
 from constraints.target import PerformanceTarget
 from planner import limits as lim
 from planner.api import as_model, as_system
@@ -28,7 +28,14 @@ from planner.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
 from planner.ranking import Rank, RankBy, rank
 from planner.rules import strategy_warnings
 from planner.search_space import SearchSpace, build_search_space, stated_caps
-from planner.solving import DEFAULT_WORKERS, SOLVED, decode, solve
+from planner.solving import (
+    DEFAULT_WORKERS,
+    SOLVED,
+    PartsSolved,
+    decode,
+    expert_parts,
+    solve_parts,
+)
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
@@ -43,6 +50,9 @@ class SolverReport(BaseModel):
     objective_step_s: float | None
     bound_step_s: float | None
     gap: float | None
+    models: int = 1
+    """CP-SAT models solved: one per expert-parallel size where the space holds several
+    (planner.solving.expert_parts), each after the first required to beat the best so far."""
     variables: int
     constraints: int
     table_entries: int
@@ -161,10 +171,14 @@ def plan(
     if pin_conflicts(model_spec, system_spec, job, gpus, pins):
         return infeasible(None)
     space = build_search_space(model_spec, system_spec, job, gpus, pins, **limits)
-    built = build_plan_model(ctx, space, target=target)
-    build_time = time.perf_counter() - started
-    solver, status = solve(built, time_limit_s, workers)
-    report = _report(built, solver, status, time.perf_counter() - started, build_time, space)
+    space_s = time.perf_counter() - started
+    # The ranks of --top are searched in one model of the whole space.
+    parts = expert_parts(space) if top == 1 else [space]
+    solved = solve_parts(
+        lambda part: build_plan_model(ctx, part, target=target), parts, time_limit_s, workers
+    )
+    built, solver, status = solved.built, solved.solver, solved.status
+    report = _report(solved, time.perf_counter() - started, space_s, space)
     report.caps = stated_caps(model_spec, system_spec, job, gpus, **limits)
     if status == cp_model.INFEASIBLE:
         return infeasible(report)
@@ -252,30 +266,24 @@ def _infeasible(
     )
 
 
-def _report(
-    built: PlanModel,
-    solver: cp_model.CpSolver,
-    status: int,
-    wall: float,
-    build: float,
-    space: SearchSpace,
-) -> SolverReport:
-    proto = built.model.Proto()
-    name = STATUS_NAMES.get(status, "unknown")
-    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+def _report(solved: PartsSolved, wall: float, space_s: float, space: SearchSpace) -> SolverReport:
+    name = STATUS_NAMES.get(solved.status, "unknown")
+    built, solver = solved.built, solved.solver
+    found = solved.status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     weight = built.tie_break_weight
-    objective = built.step_s(solver.Value(built.steps.step)) if solved else None
-    bound = built.step_s(solver.BestObjectiveBound() // weight) if solved else None
+    objective = built.step_s(solver.Value(built.steps.step)) if found else None
+    bound = built.step_s(solved.bound // weight) if found else None
     return SolverReport(
         status=name,
         wall_time_s=wall,
-        build_time_s=build,
+        build_time_s=space_s + solved.build_s,
         objective_step_s=objective,
         bound_step_s=bound,
-        gap=(objective - bound) / objective if solved and objective else None,
-        variables=len(proto.variables),
-        constraints=len(proto.constraints),
-        table_entries=built.variables.tabulated,
+        gap=(objective - bound) / objective if found and objective else None,
+        models=solved.models,
+        variables=solved.variables,
+        constraints=solved.constraints,
+        table_entries=solved.table_entries,
         search_space=space.size(),
     )
 

@@ -265,10 +265,11 @@ def print_plan(
         if result.status == "optimal"
         else f"[yellow]best found, gap {solver.gap:.2%}[/] (time limit)"
     )
+    models = f"{solver.models} models, one per expert-parallel size: " if solver.models > 1 else ""
     console.print(
         f"{proof} in {solver.wall_time_s:.2f} s over a space of {solver.search_space:,} "
-        f"knob combinations (CP-SAT: {solver.variables} variables, {solver.constraints} "
-        f"constraints, {solver.table_entries} table entries)"
+        f"knob combinations (CP-SAT: {models}{solver.variables} variables, "
+        f"{solver.constraints} constraints, {solver.table_entries} table entries)"
     )
     if solver.caps:
         console.print("[dim]searched within: " + "; ".join(solver.caps) + "[/]")

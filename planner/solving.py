@@ -3,14 +3,16 @@ strategy, and minimising a hardware quantity."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from constraints import PlanModel
 from planner.errors import InternalError
-from planner.search_space import strategy_from_values
+from planner.search_space import SearchSpace, strategy_from_values
 from planner.specs import Strategy
 
 DEFAULT_WORKERS = 1
@@ -131,6 +133,113 @@ def solve(
             best = solver, status
     assert best is not None
     return best
+
+
+@dataclass
+class PartsSolved:
+    """The outcome of solving a space in parts (solve_parts): the part holding the best answer
+    (or, with none, the last part solved), the overall status and objective bound, and what the
+    parts' CP-SAT models held together."""
+
+    built: PlanModel
+    solver: cp_model.CpSolver
+    status: int
+    bound: float
+    """A lower bound on the objective over the whole space: the best answer's objective when
+    proven optimal."""
+    models: int
+    """CP-SAT models built and solved."""
+    build_s: float
+    variables: int
+    constraints: int
+    table_entries: int
+
+
+def expert_parts(space: SearchSpace) -> list[SearchSpace]:
+    """The space split by expert-parallel size, the largest first; one part where ep has one
+    value or is pinned (the search space adds a pinned value its rules refuse to the domain, so
+    that part is infeasible, and the diagnosis names the conflict).
+
+    Why split: the tables of a space with several ep values vary along ep and its expert TP, and
+    CP-SAT's search over them needs a quarter of a million literals; each part is a dense
+    space (one ep), whose tables hold a ninth of the rows and are searched guided (``phases``).
+    DeepSeek-V3 on 2,048 H800s under megatron-core: the whole space 25.7 s, its nine parts
+    3.8 s; largest ep first, because the best answer usually shards the experts widely and the
+    parts after it are then refuted by its objective in 0.1-0.4 s each
+    (benchmarks/moe_latency.py)."""
+    values = space.domains["ep"]
+    if "ep" in space.pins:  # the pin family allows no other value (the domain holds the pin)
+        values = (space.pins["ep"],)
+    if values == space.domains["ep"] and len(values) == 1:
+        return [space]
+    return [
+        dataclasses.replace(space, domains={**space.domains, "ep": (value,)})
+        for value in sorted(values, reverse=True)
+    ]
+
+
+def solve_parts(
+    build: Callable[[SearchSpace], PlanModel],
+    parts: list[SearchSpace],
+    time_limit_s: float = 60.0,
+    workers: int = DEFAULT_WORKERS,
+) -> PartsSolved:
+    """Minimise the step objective over the union of ``parts``: each part's model (``build``)
+    is solved in turn (``solve``) within what is left of ``time_limit_s``, after the first
+    found an answer with the constraint that its objective beat the best so far, so a part
+    that cannot is refuted (infeasible) rather than searched to its own optimum. Every part's
+    objective is the same function (same time unit, same tie-break weight: the parts differ in
+    ep only, which neither depends on), so the answers compare. The whole is proven optimal
+    when every part was solved or refuted, infeasible when every part was infeasible without a
+    bound on it; ties between parts go to the first, the larger ep."""
+    started = time.perf_counter()
+    best: tuple[PlanModel, cp_model.CpSolver] | None = None
+    last: tuple[PlanModel, cp_model.CpSolver] | None = None
+    open_bounds: list[float] = []
+    """Lower bounds of the parts not proven or refuted (0 for a part never started)."""
+    models = variables = constraints = entries = 0
+    build_s = 0.0
+    for part in parts:
+        left_s = time_limit_s - (time.perf_counter() - started)
+        if models and left_s <= 0:
+            open_bounds.append(0.0)
+            continue
+        building = time.perf_counter()
+        built = build(part)
+        if best is not None:
+            built.model.Add(built.objective() <= int(best[1].ObjectiveValue()) - 1)
+        build_s += time.perf_counter() - building
+        proto = built.model.Proto()
+        models += 1
+        variables += len(proto.variables)
+        constraints += len(proto.constraints)
+        entries += built.variables.tabulated
+        solver, status = solve(built, max(left_s, 0.0), workers)
+        last = built, solver
+        if status in SOLVED:
+            best = built, solver
+        if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+            open_bounds.append(solver.BestObjectiveBound())
+    assert last is not None
+    if best is None:
+        built, solver = last
+        status = cp_model.UNKNOWN if open_bounds else cp_model.INFEASIBLE
+        bound = 0.0
+    else:
+        built, solver = best
+        status = cp_model.FEASIBLE if open_bounds else cp_model.OPTIMAL
+        bound = min([solver.ObjectiveValue(), *open_bounds])
+    return PartsSolved(
+        built=built,
+        solver=solver,
+        status=status,
+        bound=bound,
+        models=models,
+        build_s=build_s,
+        variables=variables,
+        constraints=constraints,
+        table_entries=entries,
+    )
 
 
 def _better(

@@ -139,8 +139,10 @@ def test_plan_an_moe_model(capsys: pytest.CaptureFixture[str], as_json: bool) ->
         strategy = payload["strategy"]
         assert 8 % strategy["ep"] == 0 and strategy["expert_tp"] in (0, 1)
         assert "ep_comm" in payload["estimate"]["breakdown_s"]
+        assert payload["solver"]["models"] == 4  # one per ep of 1, 2, 4, 8
     else:
         assert "proven optimal" in out and "expert all-to-all" in out
+        assert "4 models, one per expert-parallel size" in " ".join(out.split())
 
 
 def test_tp_must_split_the_expert_width(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ from constraints import build_plan_model
 from planner.api import as_model, as_system
 from planner.cost.context import CostContext
 from planner.search_space import build_search_space
-from planner.solving import Phase, phases, solve
+from planner.solving import Phase, expert_parts, phases, solve, solve_parts
 from planner.specs import JobSpec
 
 
@@ -83,3 +83,120 @@ def test_tables_over_the_same_knobs_share_one_constraint() -> None:
     assert len(knob_sets) == len(set(knob_sets)) == 14
     assert columns > len(knob_sets)  # several tables per constraint
     assert not built.variables.pending
+
+
+def _moe_space(pins: dict[str, int] | None = None):
+    model, system = as_model("mixtral-8x7b"), as_system("dgx-h100")
+    job = JobSpec(global_batch=256)
+    ctx = CostContext(model, system, job)
+    return ctx, build_search_space(model, system, job, 64, pins or {})
+
+
+def test_an_expert_space_splits_by_ep_largest_first() -> None:
+    _, space = _moe_space()
+    assert space.domains["ep"] == (1, 2, 4, 8)
+    parts = expert_parts(space)
+    assert [part.domains["ep"] for part in parts] == [(8,), (4,), (2,), (1,)]
+    for part in parts:
+        assert {k: v for k, v in part.domains.items() if k != "ep"} == {
+            k: v for k, v in space.domains.items() if k != "ep"
+        }
+    assert expert_parts(_space_of("gpt3-175b")) == [_space_of("gpt3-175b")]
+
+
+def test_a_pinned_ep_is_one_part_even_where_the_rules_refuse_it() -> None:
+    for ep in (4, 3):
+        _, pinned = _moe_space({"ep": ep})
+        assert ep in pinned.domains["ep"] and len(pinned.domains["ep"]) > 1
+        assert [part.domains["ep"] for part in expert_parts(pinned)] == [(ep,)]
+
+
+def _space_of(name: str):
+    model, system = as_model(name), as_system("dgx-a100-80g")
+    job = JobSpec(global_batch=1536)
+    return build_search_space(model, system, job, 1024, {})
+
+
+def test_the_parts_prove_the_whole_spaces_optimum() -> None:
+    """The parts, each after the first held below the best so far, reach the objective of one
+    model over the whole space; the later parts that cannot beat it are refuted."""
+    ctx, space = _moe_space()
+    whole, status = solve(build_plan_model(ctx, space))
+    assert status == cp_model.OPTIMAL
+    parts = expert_parts(space)
+    solved = solve_parts(lambda part: build_plan_model(ctx, part), parts)
+    assert solved.status == cp_model.OPTIMAL
+    assert solved.solver.ObjectiveValue() == whole.ObjectiveValue() == solved.bound
+    assert solved.models == len(parts) == 4
+    assert solved.table_entries > 0 and solved.variables > 0 and solved.constraints > 0
+
+
+class _Ended:
+    """A stand-in for a CP-SAT run's answer: its objective and bound."""
+
+    def __init__(self, objective: float, bound: float) -> None:
+        self.objective, self.bound = objective, bound
+
+    def ObjectiveValue(self) -> float:  # noqa: N802 (CP-SAT's name)
+        return self.objective
+
+    def BestObjectiveBound(self) -> float:  # noqa: N802
+        return self.bound
+
+
+OK, FOUND, NONE, UNKNOWN = (
+    cp_model.OPTIMAL,
+    cp_model.FEASIBLE,
+    cp_model.INFEASIBLE,
+    cp_model.UNKNOWN,
+)
+
+
+@pytest.mark.parametrize(
+    ("runs", "status", "bound", "best"),
+    [
+        ([(OK, 10, 10), (NONE, 0, 0), (NONE, 0, 0)], OK, 10, 0),
+        ([(NONE, 0, 0), (OK, 12, 12), (OK, 9, 9)], OK, 9, 2),
+        ([(OK, 10, 10), (UNKNOWN, 0, 7), (NONE, 0, 0)], FOUND, 7, 0),
+        ([(FOUND, 10, 8), (NONE, 0, 0), (NONE, 0, 0)], FOUND, 8, 0),
+        ([(NONE, 0, 0), (NONE, 0, 0), (NONE, 0, 0)], NONE, 0, 2),
+        ([(NONE, 0, 0), (UNKNOWN, 0, 5), (NONE, 0, 0)], UNKNOWN, 0, 2),
+    ],
+    ids=["first-best", "last-best", "one-open", "first-unproven", "infeasible", "unknown"],
+)
+def test_the_parts_statuses_combine(runs, status, bound, best, monkeypatch) -> None:
+    """Optimal only when every part was solved or refuted; the bound the least of the open
+    parts' bounds and the best objective; infeasible only when every part was; each part after
+    an answer must beat it."""
+    ctx, space = _moe_space()
+    parts = expert_parts(space)[:3]
+    answers = iter(runs)
+    built_parts = []
+
+    def build(part):
+        built_parts.append(build_plan_model(ctx, part))
+        return built_parts[-1]
+
+    def ended(built, time_limit_s, workers):
+        run_status, objective, run_bound = next(answers)
+        return _Ended(objective, run_bound), run_status
+
+    monkeypatch.setattr(solving, "solve", ended)
+    solved = solve_parts(build, parts)
+    assert (solved.status, solved.bound, solved.models) == (status, bound, 3)
+    assert solved.built is built_parts[best]
+    found = [number for number, (run, _, _) in enumerate(runs) if run in (OK, FOUND)]
+    for number, built in enumerate(built_parts):
+        cutoff = bool(found) and number > found[0]
+        proto = built.model.Proto()
+        plain = len(build_plan_model(ctx, parts[number]).model.Proto().constraints)
+        assert len(proto.constraints) == plain + cutoff
+
+
+def test_parts_left_when_the_time_is_up_are_not_started(monkeypatch) -> None:
+    ctx, space = _moe_space()
+    clock = iter([0.0, 0.0, 0.0, 5.0, 5.0, 5.0, 5.0, 5.0])
+    monkeypatch.setattr(solving.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(solving, "solve", lambda built, left, workers: (_Ended(10, 10), OK))
+    solved = solve_parts(lambda part: build_plan_model(ctx, part), expert_parts(space), 4.0)
+    assert (solved.status, solved.bound, solved.models) == (FOUND, 0.0, 1)
