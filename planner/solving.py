@@ -36,9 +36,10 @@ worst 2.55 s (llama3-70b on 4,096 H100s, which propagation alone does not prove 
 proves in 0.47 s); 1.0: worst 1.50 s."""
 
 EXPERT_FIRST_PHASE_DETERMINISTIC_S = 40.0
-"""The propagation phase's budget where the space holds expert layouts (more than one ep value): the
-LP relaxation slows those proofs down, while propagation alone proves them.
-benchmarks/moe_latency.py (Mixtral 8x7B / 8x22B, DBRX, DeepSeek-V3 on 256–4,096 H100s and
+"""The propagation phase's budget where the model holds expert layouts (more than one ep value:
+``--top``, the minimum-hardware queries and the diagnosis; a plan solves one dense part per ep,
+expert_parts): the LP relaxation slows those proofs down, while propagation alone proves them.
+benchmarks/moe_latency.py --whole-units 1.5 40 (Mixtral 8x7B / 8x22B, DBRX, DeepSeek-V3 on 256–4,096 H100s and
 2,048 H800s; 2 cores, one run): every problem proven in either schedule; at 40 units 2.1–23 s,
 52.6 s in all; at 1.5 units then the LP 4.3–48 s, 108 s in all. The slowest, DeepSeek-V3 on
 2,048 H800s under megatron-core, needs 32 units of propagation."""
