@@ -1,6 +1,6 @@
 """The guided phase's search order: the work each order needs to prove dense plans.
 
-    python benchmarks/search_order.py                       # pp,tp  tp,pp  tp
+    python benchmarks/search_order.py                       # tp,pp  pp,tp  tp
     python benchmarks/search_order.py pp,tp tp,pp,cp        # any orders of knobs
 
 For the README's main job and the dense scenarios of benchmarks/plan_latency.py --quick, one
@@ -45,7 +45,7 @@ def work_units(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("orders", nargs="*", default=["pp,tp", "tp,pp", "tp"])
+    parser.add_argument("orders", nargs="*", default=["tp,pp", "pp,tp", "tp"])
     parser.add_argument("--budget", type=float, default=3.0)
     args = parser.parse_args()
     orders = [tuple(order.split(",")) for order in args.orders]

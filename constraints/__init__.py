@@ -83,14 +83,15 @@ class PlanModel:
         )
 
 
-SEARCH_ORDER = ("pp", "tp")
+SEARCH_ORDER = ("tp", "pp")
 """The knobs a guided search (planner.solving) decides first, each from its largest value down,
 before CP-SAT's own heuristics take over. Over the README's main job and the 43 dense scenarios
 of benchmarks/plan_latency.py --quick, the work each order needs to prove them
-(benchmarks/search_order.py; deterministic units, up to 3): pp then tp 7.4 in all, at most
-0.53, none unproven; tp then pp 6.9 over 43, one unproven (llama3-8b on 4,096 offload H100s);
-tp alone 8.3, at most 0.78; pp alone 2 unproven; a third knob (cp, micro-batch or ZeRO stage)
-1–3 unproven."""
+(benchmarks/search_order.py; deterministic units, up to 3), with the DP exposure an equality
+(constraints.objective._exposed_once): tp then pp 6.5 in all, at most 0.34, none unproven;
+pp then tp 7.0, at most 0.44; tp alone 10.4, one unproven. With the exposure bounded only from
+below, pp then tp had been the better order (7.4, at most 0.53; tp then pp 9.9, one unproven);
+pp alone then left 2 unproven, and a third knob (cp, micro-batch or ZeRO stage) 1–3."""
 
 
 def add_search_order(variables: Variables) -> None:

@@ -14,8 +14,9 @@ the recomputed-block count r and a table over the block's knobs (AddMultiplicati
 with coefficient 1 where block terms have k. Every other coefficient depends only on the layout
 (p, the first stages' k and the last's) and the interleave v, so each (layout, v) enforces one
 linear inequality per stage kind with integer coefficients; minimisation makes the pipeline the
-slowest stage's. DP exposure is max(0, comm − window) per part and per stage kind (two
-inequalities under minimisation), the DP term the larger stage sum (a max equality); the
+slowest stage's. DP exposure is max(0, comm − window) per part and per stage kind, exactly
+(a gap fixed by the chosen layout, and a max equality), the DP term the larger stage sum (a max
+equality); the
 per-micro-batch part multiplies the micro-batch count by the comm table
 (AddMultiplicationEquality).
 """
@@ -218,25 +219,41 @@ def _exposed_once(
     stage_window: list[tuple[int, cp_model.IntVar, int]] = (),
     narrower: tuple[cp_model.IntVar, list[tuple[int, cp_model.IntVar, int]]] | None = None,
 ) -> cp_model.IntVar:
-    """max(0, comm − k·window − stage window) for a stage of k blocks: x ≥ that under each
-    layout literal when overlapping, x ≥ comm otherwise (x ≥ 0 by its domain; minimisation
-    makes it the max). Window terms are (coefficient, variable, pp power): the coefficient is
-    multiplied by pp to that power; ``window`` is per block, ``stage_window`` per stage.
-    ``narrower`` = (literal, window): where the literal holds, the comm hides under that
-    narrower window instead (a second bound; the first stays valid)."""
+    """max(0, comm − k·window − stage window) for a stage of k blocks, exactly: a gap variable
+    equal to comm − the chosen layout's window when overlapping (comm otherwise), and the
+    exposed share the max of it and 0. Window terms are (coefficient, variable, pp power): the
+    coefficient is multiplied by pp to that power; ``window`` is per block, ``stage_window``
+    per stage. ``narrower`` = (literal, window): where the literal holds, the comm hides under
+    that narrower window instead.
+
+    An equality, not lower bounds that minimisation tightens: a variable bounded only from
+    below floats with the search's saved phases, and each new solution then lowers it by a
+    unit or a table step (the README's main job: 93 solutions, 60 of them such descents)."""
     m = variables.model
     exposed = variables.new_int(name, variables.ub(comm))
     if overlap is None:
-        m.Add(exposed >= comm)
+        m.Add(exposed == comm)
         return exposed
-    m.Add(exposed >= comm).OnlyEnforceIf(overlap.Not())
+    hidden = []
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
         blocks = layout.blocks if stage == "first" else layout.last
-        whole = sum(coef * layout.pp**power * var for coef, var, power in stage_window)
-        windows = [(window, [overlap, chosen])]
-        if narrower is not None:
-            windows.append((narrower[1], [overlap, chosen, narrower[0]]))
+        whole = [(coef * layout.pp**power, var) for coef, var, power in stage_window]
+        if narrower is None:
+            windows = [(window, [overlap, chosen])]
+        else:
+            windows = [
+                (window, [overlap, chosen, narrower[0].Not()]),
+                (narrower[1], [overlap, chosen, narrower[0]]),
+            ]
         for terms, literals in windows:
-            window_k = sum(coef * layout.pp**power * var for coef, var, power in terms)
-            m.Add(exposed >= comm - blocks * window_k - whole).OnlyEnforceIf(literals)
+            per_block = [(blocks * coef * layout.pp**power, var) for coef, var, power in terms]
+            hidden.append((per_block + whole, literals))
+    widest = max(
+        sum(coef * variables.ub(var) for coef, var in terms if coef > 0) for terms, _ in hidden
+    )
+    gap = variables.model.NewIntVar(-widest, variables.ub(comm), f"{name}_gap")
+    m.Add(gap == comm).OnlyEnforceIf(overlap.Not())
+    for terms, literals in hidden:
+        m.Add(gap == comm - linear(terms)).OnlyEnforceIf(literals)
+    m.AddMaxEquality(exposed, [gap, 0])
     return exposed

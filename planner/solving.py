@@ -39,17 +39,17 @@ EXPERT_FIRST_PHASE_DETERMINISTIC_S = 40.0
 """The propagation phase's budget where the model holds expert layouts (more than one ep value:
 ``--top``, the minimum-hardware queries and the diagnosis; a plan solves one dense part per ep,
 expert_parts): the LP relaxation slows those proofs down, while propagation alone proves them.
-benchmarks/moe_latency.py --whole-units 1.5 40 (Mixtral 8x7B / 8x22B, DBRX, DeepSeek-V3 on 256–4,096 H100s and
-2,048 H800s; 2 cores, one run): every problem proven in either schedule; at 40 units 2.1–23 s,
-52.6 s in all; at 1.5 units then the LP 4.3–48 s, 108 s in all. The slowest, DeepSeek-V3 on
-2,048 H800s under megatron-core, needs 32 units of propagation."""
+benchmarks/moe_latency.py --whole-units 1.5 40 (Mixtral 8x7B / 8x22B, DBRX, DeepSeek-V3 on
+256–4,096 H100s and 2,048 H800s; 2 cores, one run): every problem proven in either schedule; at
+40 units 2.1–23 s, 52.6 s in all; at 1.5 units then the LP 4.3–48 s, 108 s in all. The
+slowest, DeepSeek-V3 on 2,048 H800s under megatron-core, needs 32 units of propagation."""
 
 
 GUIDED_PHASE_DETERMINISTIC_S = 0.8
-"""Work budget of the guided phase (dense spaces): a search that decides pp, then tp, each from
+"""Work budget of the guided phase (dense spaces): a search that decides tp, then pp, each from
 its largest value down (constraints.SEARCH_ORDER) before CP-SAT's own heuristics. It proves the
 README's main job and the 43 dense scenarios of benchmarks/plan_latency.py --quick in at most
-0.53 units (the unguided search: 2 of them unproven in 5 units); one it does not prove goes on
+0.34 units (the unguided search: 2 of them unproven in 5 units); one it does not prove goes on
 to the unguided phase."""
 
 

@@ -10,7 +10,8 @@ import planner.solving as solving
 from constraints import build_plan_model
 from planner.api import as_model, as_system
 from planner.cost.context import CostContext
-from planner.search_space import build_search_space
+from planner.cost.step import Knobs, evaluate_terms
+from planner.search_space import build_search_space, strategy_from_values
 from planner.solving import Phase, expert_parts, phases, solve, solve_parts
 from planner.specs import JobSpec
 
@@ -35,10 +36,48 @@ def test_expert_spaces_skip_the_guided_phase_and_one_phase_solves_stay_one() -> 
 
 
 def _built():
+    return build_plan_model(*_main_job())
+
+
+def _main_job():
     model, system = as_model("gpt3-175b"), as_system("dgx-a100-80g")
     job = JobSpec(global_batch=1536)
-    ctx = CostContext(model, system, job)
-    return build_plan_model(ctx, build_search_space(model, system, job, 1024, {}))
+    return CostContext(model, system, job), build_search_space(model, system, job, 1024, {})
+
+
+class _Solutions(cp_model.CpSolverSolutionCallback):
+    """Every solution's knob assignment and the value of one variable in it."""
+
+    def __init__(self, built, variable) -> None:
+        super().__init__()
+        self.built, self.variable, self.found = built, variable, []
+
+    def on_solution_callback(self) -> None:
+        chosen = self.built.variables.assignment(self)  # reads Value() as from a solver
+        self.found.append((chosen, self.Value(self.variable)))
+
+
+def test_every_solution_carries_its_exposed_dp_traffic_not_an_upper_bound() -> None:
+    """The DP exposure is an equality (constraints.objective._exposed_once): in every solution
+    the search passes through, not only the optimum, it is the cost model's exposed DP time of
+    that solution's strategy, to the tables' rounding."""
+    ctx, space = _main_job()
+    built = build_plan_model(ctx, space)
+    recorder = _Solutions(built, built.steps.dp_exposed[0])
+    solver = cp_model.CpSolver()
+    parameters = solver.parameters  # the guided phase's (planner.solving._run)
+    parameters.num_workers = 1
+    parameters.cp_model_presolve = False
+    parameters.linearization_level = 0
+    parameters.search_branching = cp_model.SatParameters.PARTIAL_FIXED_SEARCH
+    solver.Solve(built.model, recorder)
+    assert len(recorder.found) > 5
+    for chosen, exposed_units in recorder.found:
+        strategy = strategy_from_values(chosen, space)
+        evaluated_s = float(evaluate_terms(ctx, Knobs.from_strategy(strategy)).dp_comm_s)
+        assert built.step_s(exposed_units) == pytest.approx(
+            evaluated_s, rel=1e-3, abs=50 * built.unit_s
+        )
 
 
 @pytest.mark.parametrize("cut", ["guided", "guided and unguided"])
