@@ -108,12 +108,16 @@ def build_plan_model(
     assumptions: bool = False,
     dropped: frozenset[str] = frozenset(),
     target: PerformanceTarget | None = None,
+    exact_exposure: bool = True,
 ) -> PlanModel:
     """The CP-SAT model of one problem, minimising the step time. Every constraint family hangs
     on a literal. With ``assumptions`` the literals are solver assumptions (for infeasibility
     cores; CP-SAT computes them on one worker); otherwise each is fixed true, except the
     families named in ``dropped``, which are left free (off) — a minimum-hardware query drops
-    the family whose quantity it minimises. ``target`` adds the performance-target family."""
+    the family whose quantity it minimises. ``target`` adds the performance-target family.
+    ``exact_exposure`` (constraints.objective._exposed_once): the DP exposure an equality, which
+    the step's minimisation searches faster, or only bounded from below, which a query
+    minimising something else searches faster."""
     model = cp_model.CpModel()
     relaxable = None if assumptions else dropped
     variables = Variables.create(model, space, ctx.job.global_batch, relaxable)
@@ -133,7 +137,7 @@ def build_plan_model(
         ctx, variables, memory_cap_bytes=max(capacities) * (1 << 30), memory_fixed=fixed_memory
     )
     needs = add_memory_fit(variables, tables)
-    steps = add_step_time(variables, tables)
+    steps = add_step_time(variables, tables, exact_exposure)
     variables.add_tables()
     if target is not None and (target.max_step_s is not None or target.min_mfu is not None):
         add_target(

@@ -48,7 +48,11 @@ def linear(terms: list[tuple[int, cp_model.IntVar]]) -> cp_model.LinearExpr:
     return sum(coef * var for coef, var in terms)
 
 
-def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
+def add_step_time(
+    variables: Variables, tables: TableBuilder, exact_exposure: bool = True
+) -> StepVariables:
+    """The step-time variable and its parts (module docstring); ``exact_exposure``: the DP
+    exposure an equality, not only bounded from below (_exposed_once)."""
     m, layers = variables.model, tables.ctx.model.layers
     compute, forward = tables.block_compute()
     comm = tables.comm_exposed()
@@ -107,6 +111,7 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             stage,
             overlap,
             stage_after,
+            exact=exact_exposure,
         )
         exposed_before = _exposed_once(
             variables,
@@ -115,6 +120,7 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             [(1, forward.once, 0), *off_f],
             stage,
             overlap,
+            exact=exact_exposure,
         )
         comm_all = _times_micro_batches(
             variables, f"dp_per_step_comm_{stage}", micro_batches, comm.per_micro_batch_s
@@ -131,6 +137,7 @@ def add_step_time(variables: Variables, tables: TableBuilder) -> StepVariables:
             overlap,
             stage_step,
             (zero2, backward_step) if zero2 is not None else None,
+            exact=exact_exposure,
         )
         # Ring latencies never hide (step.dp_comm_times_s).
         latency_mb = _times_micro_batches(
@@ -218,17 +225,22 @@ def _exposed_once(
     overlap: cp_model.IntVar | None,
     stage_window: list[tuple[int, cp_model.IntVar, int]] = (),
     narrower: tuple[cp_model.IntVar, list[tuple[int, cp_model.IntVar, int]]] | None = None,
+    exact: bool = True,
 ) -> cp_model.IntVar:
-    """max(0, comm − k·window − stage window) for a stage of k blocks, exactly: a gap variable
-    equal to comm − the chosen layout's window when overlapping (comm otherwise), and the
-    exposed share the max of it and 0. Window terms are (coefficient, variable, pp power): the
-    coefficient is multiplied by pp to that power; ``window`` is per block, ``stage_window``
-    per stage. ``narrower`` = (literal, window): where the literal holds, the comm hides under
-    that narrower window instead.
+    """max(0, comm − k·window − stage window) for a stage of k blocks. Window terms are
+    (coefficient, variable, pp power): the coefficient is multiplied by pp to that power;
+    ``window`` is per block, ``stage_window`` per stage. ``narrower`` = (literal, window):
+    where the literal holds, the comm hides under that narrower window instead.
 
-    An equality, not lower bounds that minimisation tightens: a variable bounded only from
-    below floats with the search's saved phases, and each new solution then lowers it by a
-    unit or a table step (the README's main job: 93 solutions, 60 of them such descents)."""
+    ``exact``: a gap variable equal to comm − the chosen layout's window when overlapping (comm
+    otherwise), and the exposed share the max of it and 0. Otherwise only lower bounds, which
+    minimising the step tightens: valid, but the variable then floats with the search's saved
+    phases, and each new solution lowers it by a unit or a table step (the README's main job:
+    93 solutions, 60 of them such descents; exact: 56 solutions, no such descent). A query
+    whose objective is not the step (min-hardware's first solve) searches the lower bounds
+    faster: gpt3-175b's least scale-out bandwidth for MFU ≥ 45 % on 1,024 H100s, 3.4
+    deterministic units with them and 8.7 with the equality (benchmarks/min_hardware_latency.py
+    11.8 s against 15.6 s)."""
     m = variables.model
     exposed = variables.new_int(name, variables.ub(comm))
     if overlap is None:
@@ -251,6 +263,11 @@ def _exposed_once(
     widest = max(
         sum(coef * variables.ub(var) for coef, var in terms if coef > 0) for terms, _ in hidden
     )
+    if not exact:
+        m.Add(exposed >= comm).OnlyEnforceIf(overlap.Not())
+        for terms, literals in hidden:
+            m.Add(exposed >= comm - linear(terms)).OnlyEnforceIf(literals)
+        return exposed
     gap = variables.model.NewIntVar(-widest, variables.ub(comm), f"{name}_gap")
     m.Add(gap == comm).OnlyEnforceIf(overlap.Not())
     for terms, literals in hidden:

@@ -319,7 +319,7 @@ class _Query:
             gpu_multiple=system.gpus_per_node,
             **self.limits,
         )
-        built = build_plan_model(self.ctx, space, target=self.target)
+        built = build_plan_model(self.ctx, space, target=self.target, exact_exposure=False)
         if self.quantity == "gpus":
             built.model.Minimize(built.variables.log_gpu_count())
         else:
@@ -369,7 +369,9 @@ class _Query:
         space = build_search_space(
             self.model, system, self.job, self.gpus, self.pins, **self.limits
         )
-        built = build_plan_model(ctx, space, dropped=frozenset({family}), target=self.target)
+        built = build_plan_model(
+            ctx, space, dropped=frozenset({family}), target=self.target, exact_exposure=False
+        )
         need = built.needs.hbm if family == "hbm" else built.needs.offload[0]
         built.model.Minimize(need)
         solver, status = solve(built, self.time_limit_s, lp_fallback=False)
@@ -430,7 +432,10 @@ class _Query:
             self.model, self.system, self.job, self.gpus, self.pins, **self.limits
         )
         built = build_plan_model(
-            self.ctx, with_bandwidth_levels(space, knob, grid), target=self.target
+            self.ctx,
+            with_bandwidth_levels(space, knob, grid),
+            target=self.target,
+            exact_exposure=False,
         )
         built.model.Minimize(built.variables.index(knob))
         solver, status = solve(built, self.time_limit_s, lp_fallback=False)
