@@ -53,6 +53,8 @@ class SolverReport(BaseModel):
     models: int = 1
     """CP-SAT models solved: one per expert-parallel size where the space holds several
     (planner.solving.expert_parts), each after the first required to beat the best so far."""
+    parts: int = 1
+    """The models the space splits into (more than ``models`` when the time ran out first)."""
     variables: int
     constraints: int
     table_entries: int
@@ -281,6 +283,7 @@ def _report(solved: PartsSolved, wall: float, space_s: float, space: SearchSpace
         bound_step_s=bound,
         gap=(objective - bound) / objective if found and objective else None,
         models=solved.models,
+        parts=solved.parts,
         variables=solved.variables,
         constraints=solved.constraints,
         table_entries=solved.table_entries,

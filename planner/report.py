@@ -265,7 +265,12 @@ def print_plan(
         if result.status == "optimal"
         else f"[yellow]best found, gap {solver.gap:.2%}[/] (time limit)"
     )
-    models = f"{solver.models} models, one per expert-parallel size: " if solver.models > 1 else ""
+    models = ""
+    if solver.parts > 1:
+        solved = (
+            f"{solver.models} of {solver.parts}" if solver.models < solver.parts else solver.parts
+        )
+        models = f"{solved} models, one per expert-parallel size: "
     console.print(
         f"{proof} in {solver.wall_time_s:.2f} s over a space of {solver.search_space:,} "
         f"knob combinations (CP-SAT: {models}{solver.variables} variables, "

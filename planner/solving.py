@@ -149,7 +149,8 @@ class PartsSolved:
     """A lower bound on the objective over the whole space: the best answer's objective when
     proven optimal."""
     models: int
-    """CP-SAT models built and solved."""
+    """CP-SAT models built and solved (fewer than ``parts`` when the time ran out)."""
+    parts: int
     build_s: float
     variables: int
     constraints: int
@@ -236,6 +237,7 @@ def solve_parts(
         status=status,
         bound=bound,
         models=models,
+        parts=len(parts),
         build_s=build_s,
         variables=variables,
         constraints=constraints,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import hardware_catalog
+import planner.solving as solving
 from planner import launch
 from planner.api import as_model, as_system
 from planner.cli import main
@@ -139,10 +142,40 @@ def test_plan_an_moe_model(capsys: pytest.CaptureFixture[str], as_json: bool) ->
         strategy = payload["strategy"]
         assert 8 % strategy["ep"] == 0 and strategy["expert_tp"] in (0, 1)
         assert "ep_comm" in payload["estimate"]["breakdown_s"]
-        assert payload["solver"]["models"] == 4  # one per ep of 1, 2, 4, 8
+        assert payload["solver"]["models"] == payload["solver"]["parts"] == 4  # ep 1, 2, 4, 8
     else:
         assert "proven optimal" in out and "expert all-to-all" in out
         assert "4 models, one per expert-parallel size" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_an_moe_plan_cut_short_says_how_many_of_its_parts_it_solved(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """The time runs out after the first part (ep 8): its answer is the best found, unproven
+    against the parts not started (bound 0), exit 0."""
+    real_solve, late = solving.solve, []
+
+    def first_then_late(*args, **kwargs):
+        result = real_solve(*args, **kwargs)
+        late.append(True)
+        return result
+
+    clock = SimpleNamespace(perf_counter=lambda: 1e9 if late else time.perf_counter())
+    monkeypatch.setattr(solving, "solve", first_then_late)
+    monkeypatch.setattr(solving, "time", clock)
+    argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
+    argv += ["--global-batch", "512", *(["--json"] if as_json else [])]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    if as_json:
+        payload = json.loads(out)
+        assert payload["status"] == "feasible" and payload["strategy"]["ep"] == 8
+        solver = payload["solver"]
+        assert (solver["models"], solver["parts"], solver["bound_step_s"]) == (1, 4, 0.0)
+    else:
+        text = " ".join(out.split())
+        assert "best found, gap 100.00%" in text and "1 of 4 models" in text
 
 
 def test_tp_must_split_the_expert_width(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

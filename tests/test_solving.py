@@ -166,7 +166,7 @@ def test_the_parts_prove_the_whole_spaces_optimum() -> None:
     solved = solve_parts(lambda part: build_plan_model(ctx, part), parts)
     assert solved.status == cp_model.OPTIMAL
     assert solved.solver.ObjectiveValue() == whole.ObjectiveValue() == solved.bound
-    assert solved.models == len(parts) == 4
+    assert solved.models == solved.parts == len(parts) == 4
     assert solved.table_entries > 0 and solved.variables > 0 and solved.constraints > 0
 
 
@@ -238,4 +238,4 @@ def test_parts_left_when_the_time_is_up_are_not_started(monkeypatch) -> None:
     monkeypatch.setattr(solving.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(solving, "solve", lambda built, left, workers: (_Ended(10, 10), OK))
     solved = solve_parts(lambda part: build_plan_model(ctx, part), expert_parts(space), 4.0)
-    assert (solved.status, solved.bound, solved.models) == (FOUND, 0.0, 1)
+    assert (solved.status, solved.bound, solved.models, solved.parts) == (FOUND, 0.0, 1, 4)
