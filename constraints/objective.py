@@ -16,8 +16,7 @@ with coefficient 1 where block terms have k. Every other coefficient depends onl
 linear inequality per stage kind with integer coefficients; minimisation makes the pipeline the
 slowest stage's. DP exposure is max(0, comm − window) per part and per stage kind, exactly
 (a gap fixed by the chosen layout, and a max equality), the DP term the larger stage sum (a max
-equality); the
-per-micro-batch part multiplies the micro-batch count by the comm table
+equality); the per-micro-batch part multiplies the micro-batch count by the comm table
 (AddMultiplicationEquality).
 """
 
@@ -260,14 +259,14 @@ def _exposed_once(
         for terms, literals in windows:
             per_block = [(blocks * coef * layout.pp**power, var) for coef, var, power in terms]
             hidden.append((per_block + whole, literals))
-    widest = max(
-        sum(coef * variables.ub(var) for coef, var in terms if coef > 0) for terms, _ in hidden
-    )
     if not exact:
         m.Add(exposed >= comm).OnlyEnforceIf(overlap.Not())
         for terms, literals in hidden:
             m.Add(exposed >= comm - linear(terms)).OnlyEnforceIf(literals)
         return exposed
+    widest = max(
+        sum(coef * variables.ub(var) for coef, var in terms if coef > 0) for terms, _ in hidden
+    )
     gap = variables.model.NewIntVar(-widest, variables.ub(comm), f"{name}_gap")
     m.Add(gap == comm).OnlyEnforceIf(overlap.Not())
     for terms, literals in hidden:

@@ -169,11 +169,10 @@ def expert_parts(space: SearchSpace) -> list[SearchSpace]:
     3.8 s; largest ep first, because the best answer usually shards the experts widely and the
     parts after it are then refuted by its objective in 0.1-0.4 s each
     (benchmarks/moe_latency.py)."""
-    values = space.domains["ep"]
-    if "ep" in space.pins:  # the pin family allows no other value (the domain holds the pin)
-        values = (space.pins["ep"],)
-    if values == space.domains["ep"] and len(values) == 1:
+    if len(space.domains["ep"]) == 1:
         return [space]
+    # A pin's family allows no other value (the domain holds the pin).
+    values = (space.pins["ep"],) if "ep" in space.pins else space.domains["ep"]
     return [
         dataclasses.replace(space, domains={**space.domains, "ep": (value,)})
         for value in sorted(values, reverse=True)

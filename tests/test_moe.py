@@ -130,11 +130,15 @@ def test_inconsistent_moe_shapes_are_refused(fields: dict[str, int], message: st
         ModelSpec(**shape, **fields)
 
 
+def _plan_mixtral_on_64(as_json: bool) -> list[str]:
+    """The arguments of a plan of Mixtral 8x7B on 64 H100s (ep 1, 2, 4 or 8)."""
+    argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
+    return [*argv, "--global-batch", "512", *(["--json"] if as_json else [])]
+
+
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
 def test_plan_an_moe_model(capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
-    argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
-    argv += ["--global-batch", "512", *(["--json"] if as_json else [])]
-    assert main(argv) == 0
+    assert main(_plan_mixtral_on_64(as_json)) == 0
     out = capsys.readouterr().out
     if as_json:
         payload = json.loads(out)
@@ -164,9 +168,7 @@ def test_an_moe_plan_cut_short_says_how_many_of_its_parts_it_solved(
     clock = SimpleNamespace(perf_counter=lambda: 1e9 if late else time.perf_counter())
     monkeypatch.setattr(solving, "solve", first_then_late)
     monkeypatch.setattr(solving, "time", clock)
-    argv = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64"]
-    argv += ["--global-batch", "512", *(["--json"] if as_json else [])]
-    assert main(argv) == 0
+    assert main(_plan_mixtral_on_64(as_json)) == 0
     out = capsys.readouterr().out
     if as_json:
         payload = json.loads(out)
