@@ -108,22 +108,39 @@ def _check_axes(
     section: str,
     value: dict[str, Axis],
     allowed: tuple[str, ...],
-    check: Callable[[str, Any], None],
+    check: Callable[[str, Any], Any],
 ) -> dict[str, Axis]:
     """Every key of ``section`` is allowed and every value passes ``check`` (which raises
-    ValidationError); one line naming the first that does not."""
+    ValidationError, else returns the value as validated); one line naming the first that does
+    not. A value written as text that ``check`` reads as another type (YAML reads ``5e-324``,
+    without a dot, as a string) becomes that type, so rows carry numbers, not strings."""
+    checked: dict[str, Axis] = {}
     for key, values in value.items():
         if key not in allowed:
             raise ValueError(f"unknown {section} axis {key!r}; allowed: {', '.join(allowed)}")
         if not _as_axis(values):
             raise ValueError(f"{section}.{key} needs at least one value")
+        kept = []
         for v in _as_axis(values):
             try:
-                check(key, v)
+                validated = check(key, v)
             except ValidationError as error:
                 reason = error.errors()[0]["msg"]
                 raise ValueError(f"{section}.{key} = {v!r}: {reason}") from None
-    return value
+            kept.append(validated if isinstance(v, str) and validated is not None else v)
+        checked[key] = tuple(kept) if isinstance(values, tuple) else kept[0]
+    return checked
+
+
+def _check_unique(key: str, values: tuple[AxisValue | BatchRule, ...]) -> None:
+    """Each value of an axis once: a row's id is made of its values, so a repeated value would
+    give two rows one id (8 and 8.0 are one value)."""
+    seen: set[str] = set()
+    for value in values:
+        text = _text(value) if isinstance(value, AxisValue) else repr(value)
+        if text in seen:
+            raise ValueError(f"{key} lists {text} more than once; give each value once")
+        seen.add(text)
 
 
 class Study(BaseModel):
@@ -146,13 +163,15 @@ class Study(BaseModel):
     @classmethod
     def _hardware_axes(cls, value: dict[str, Axis]) -> dict[str, Axis]:
         return _check_axes(
-            "hardware", value, HARDWARE_AXES, lambda k, v: HardwareOverrides(**{k: v})
+            "hardware", value, HARDWARE_AXES, lambda k, v: getattr(HardwareOverrides(**{k: v}), k)
         )
 
     @field_validator("job")
     @classmethod
     def _job_axes(cls, value: dict[str, Axis]) -> dict[str, Axis]:
-        return _check_axes("job", value, JOB_AXES, lambda k, v: JobSpec(global_batch=1, **{k: v}))
+        return _check_axes(
+            "job", value, JOB_AXES, lambda k, v: getattr(JobSpec(global_batch=1, **{k: v}), k)
+        )
 
     @field_validator("model_overrides")
     @classmethod
@@ -188,6 +207,16 @@ class Study(BaseModel):
         if value == ():
             raise ValueError("global_batch needs at least one value")
         return value
+
+    @model_validator(mode="after")
+    def _unique(self) -> Study:
+        for key in ("models", "systems", "gpus"):
+            _check_unique(key, getattr(self, key))
+        _check_unique("global_batch", self.batches)
+        for section in ("job", "model_overrides", "hardware"):
+            for key, values in getattr(self, section).items():
+                _check_unique(f"{section}.{key}", _as_axis(values))
+        return self
 
     @model_validator(mode="after")
     def _size(self) -> Study:
@@ -335,8 +364,12 @@ def run_scenario(study: Study, scenario: dict[str, Any]) -> dict[str, Any]:
             if isinstance(error, ValidationError)
             else str(error)
         )
-        row.update(status="error", error=message, solve_time_s=_elapsed_s(started))
-        return row
+    except Exception as error:  # a bug met by one scenario: its row says so, the rest still run
+        first_line = (str(error).splitlines() or [""])[0]
+        message = f"internal error: {type(error).__name__}: {first_line} (a bug in planner)"
+    row = dict(scenario)  # without what the failed solve had written
+    row.update(status="error", error=message, solve_time_s=_elapsed_s(started))
+    return row
 
 
 def _elapsed_s(started: float) -> float:
@@ -416,9 +449,10 @@ def run_study(
         raise InputError(f"backend = {backend!r}: allowed: {', '.join(SWEEP_BACKENDS)}")
     if address is not None and backend != "ray":
         raise InputError(f"--address {address!r} names a Ray cluster: it needs --backend ray")
+    rows_path = out / "rows.jsonl"
+    _claim_folder(study, out)
     out.mkdir(parents=True, exist_ok=True)
     _replace_atomically(out / STUDY_FILE, study.model_dump_json(indent=2) + "\n")
-    rows_path = out / "rows.jsonl"
     done = {row["id"]: row for row in _repair_rows(rows_path)}
     todo = [s for s in scenarios(study) if s["id"] not in done]
     total = len(done) + len(todo)
@@ -445,6 +479,34 @@ def run_study(
     ordered = [done[s["id"]] for s in scenarios(study) if s["id"] in done]
     write_csv(out / "rows.csv", ordered)
     return ordered
+
+
+def _claim_folder(study: Study, out: Path) -> None:
+    """Refuse a results folder that holds another study's rows: a folder resumes only the
+    study it was swept from (its study.json, every key compared), so rows of two studies never
+    mix under one id."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InputError(f"--out {out}: not a folder; name a new or a results folder")
+    recorded = out / STUDY_FILE
+    if not recorded.exists():
+        if (out / "rows.jsonl").exists():
+            raise InputError(
+                f"--out {out}: holds rows.jsonl but no {STUDY_FILE}, so which study it holds "
+                "is unknown; use another folder"
+            )
+        return
+    before = read_study(out)
+    if before is None:
+        raise InputError(f"--out {out}: its {STUDY_FILE} is not a study; use another folder")
+    old, new = before.model_dump(mode="json"), study.model_dump(mode="json")
+    changed = [key for key in new if old.get(key) != new.get(key)]
+    if changed:
+        raise InputError(
+            f"--out {out}: holds the rows of another study (differs in {', '.join(changed)}); "
+            "resume only the same study there, or use another folder"
+        )
 
 
 def _run_locally(study: Study, todo: list[dict[str, Any]], jobs: int) -> Rows:

@@ -262,7 +262,8 @@ def test_any_spec_file(
         text = json.dumps(content) if suffix == ".json" else yaml.safe_dump(content)
     path = tmp_path / f"{kind}{suffix}"
     path.write_text(text, encoding="utf-8")
-    _check(_command(kind, path, tmp_path / "out"), capsys, context=text[:300])
+    out = tmp_path / f"out-{TOTALS['inputs']}"  # a folder per study: one resumes only its own
+    _check(_command(kind, path, out), capsys, context=text[:300])
 
 
 def teardown_module() -> None:

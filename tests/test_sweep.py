@@ -277,3 +277,92 @@ def test_spec_paths_are_found_next_to_the_study_file(
 
     assert load_stack("my-stack.yaml").gemm_efficiency == 1
     assert run_study(second, tmp_path / "second", stop_after=1)[0]["status"] == "optimal"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"gpus": [8, 8]}, "gpus lists 8 more than once"),
+        ({"models": ["gpt3-1.3b", "gpt3-1.3b"]}, "models lists gpt3-1.3b more than once"),
+        ({"global_batch": [32, 32]}, "global_batch lists 32 more than once"),
+        ({"hardware": {"hbm_gib": [80, 80.0]}}, "hardware.hbm_gib lists 80 more than once"),
+        ({"job": {"seq_len": [1024, 1024]}}, "job.seq_len lists 1024 more than once"),
+    ],
+)
+def test_a_repeated_axis_value_is_refused(tmp_path: Path, change: dict, message: str) -> None:
+    """Rows are keyed by their values: a value listed twice would give two rows one id."""
+    with pytest.raises(InputError, match=message) as error:
+        load_study(write(tmp_path, {**STUDY, **change}))
+    assert "\n" not in str(error.value)
+
+
+def test_a_number_written_as_text_is_a_number_in_the_rows(tmp_path: Path) -> None:
+    """YAML reads 5e1 (no dot) as a string: the axis keeps the number the override validated."""
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({**STUDY, "hardware": {}}) + "hardware: {hbm_gib: [5e1]}\n")
+    study = load_study(path)
+    assert study.hardware["hbm_gib"] == (50.0,)
+    rows = run_study(study, tmp_path / "out", stop_after=1)
+    assert rows[0]["hbm_gib"] == 50.0 and rows[0]["id"].endswith("|hbm_gib=50")
+
+
+def test_a_failing_scenario_is_an_error_row_and_the_rest_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever goes wrong in one scenario (its input, or a bug) is that scenario's row."""
+    import planner.sweep
+
+    solve = planner.sweep._solve_scenario
+
+    def failing(study, scenario, row, started):  # noqa: ANN001, ANN202
+        if scenario["hbm_gib"] == 16 and scenario["gpus"] == 8:
+            raise RuntimeError("boom\nsecond line")
+        return solve(study, scenario, row, started)
+
+    monkeypatch.setattr(planner.sweep, "_solve_scenario", failing)
+    study = load_study(write(tmp_path, {**STUDY, "models": ["gpt3-1.3b"]}))
+    rows = run_study(study, tmp_path / "out")
+    errors = [r for r in rows if r["status"] == "error"]
+    assert [r["id"] for r in errors] == ["gpt3-1.3b|dgx-h100|8|hbm_gib=16"]
+    assert errors[0]["error"] == "internal error: RuntimeError: boom (a bug in planner)"
+    assert "strategy" not in errors[0]
+    assert sum(r["status"] == "optimal" for r in rows) == 3
+
+
+def test_a_subnormal_hardware_axis_never_ends_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """5e-324 GB/s of scale-up: refused with one line, or that scenario's error row."""
+    study = {**STUDY, "models": ["gpt3-1.3b"], "gpus": [8], "hardware": {}}
+    path = write(tmp_path, study)
+    path.write_text(path.read_text() + "hardware: {scale_up_gbps: [5.0e-324, 450]}\n")
+    code = main(["sweep", str(path), "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code in (0, 2), err
+    if code == 2:
+        assert err.startswith("planner: error: ") and err.count("\n") == 1
+        assert "scale_up_gbps" in err
+        return
+    rows = {r["scale_up_gbps"]: r for r in read_rows(tmp_path / "out")}
+    assert rows[5e-324]["status"] == "error" and rows[450]["status"] == "optimal"
+
+
+def test_a_folder_resumes_only_its_own_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another study into a folder with rows is refused with one line naming what differs; the
+    same study resumes there."""
+    first = write(tmp_path, STUDY, "first.yaml")
+    out = tmp_path / "out"
+    run_study(load_study(first), out, stop_after=1)
+    other = write(tmp_path, {**STUDY, "name": "other", "gpus": [8]}, "other.yaml")
+    with pytest.raises(InputError, match="another study .differs in name, gpus.") as error:
+        run_study(load_study(other), out)
+    assert "\n" not in str(error.value)
+    assert main(["sweep", str(other), "--out", str(out)]) == 2
+    assert "another study" in capsys.readouterr().err
+    assert len(read_rows(out)) == 1  # nothing of the other study was written
+    assert len(run_study(load_study(first), out)) == 8
+    (out / "study.json").unlink()
+    with pytest.raises(InputError, match="no study.json"):
+        run_study(load_study(first), out)
