@@ -186,7 +186,7 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
     )
     parser.add_argument(
         "--hbm-usable-fraction",
-        type=_fraction,
+        type=_number(lim.MIN_USABLE_FRACTION, 1, low_open=False),
         help="share of HBM a plan may use (default: the stack's, 0.95 but for calculon's 1)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -198,7 +198,8 @@ def _add_hardware_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "hardware overrides", "replace the system file's numbers (per GPU, per direction)"
     )
-    capacity, bandwidth = _number(0, lim.MAX_CAPACITY_GIB), _number(0, lim.MAX_BANDWIDTH_GBPS)
+    capacity = _number(lim.MIN_CAPACITY_GIB, lim.MAX_CAPACITY_GIB, low_open=False)
+    bandwidth = _number(lim.MIN_BANDWIDTH_GBPS, lim.MAX_BANDWIDTH_GBPS, low_open=False)
     group.add_argument("--hbm-gib", type=capacity, metavar="GIB", help="HBM capacity")
     group.add_argument(
         "--offload-gib",

@@ -30,17 +30,23 @@ OVERRIDE_LABELS = {
 """Each override's short label and unit, for reports and the system's name."""
 
 
+CAPACITY_GIB = (lim.MIN_CAPACITY_GIB, lim.MAX_CAPACITY_GIB)
+"""The range of a capacity override (GiB per GPU): a memory tier's (specs.MemoryTierSpec)."""
+BANDWIDTH_GBPS = (lim.MIN_BANDWIDTH_GBPS, lim.MAX_BANDWIDTH_GBPS)
+"""The range of a bandwidth override (GB/s per GPU per direction): a tier's (specs)."""
+
+
 class HardwareOverrides(BaseModel):
     """Hardware quantities that replace the system file's (None: keep the file's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    hbm_gib: float | None = Field(default=None, gt=0, le=lim.MAX_CAPACITY_GIB)
-    offload_gib: float | None = Field(default=None, gt=0, le=lim.MAX_CAPACITY_GIB)
-    offload_gbps: float | None = Field(default=None, gt=0, le=lim.MAX_BANDWIDTH_GBPS)
-    scale_up_gbps: float | None = Field(default=None, gt=0, le=lim.MAX_BANDWIDTH_GBPS)
+    hbm_gib: float | None = Field(default=None, ge=CAPACITY_GIB[0], le=CAPACITY_GIB[1])
+    offload_gib: float | None = Field(default=None, ge=CAPACITY_GIB[0], le=CAPACITY_GIB[1])
+    offload_gbps: float | None = Field(default=None, ge=BANDWIDTH_GBPS[0], le=BANDWIDTH_GBPS[1])
+    scale_up_gbps: float | None = Field(default=None, ge=BANDWIDTH_GBPS[0], le=BANDWIDTH_GBPS[1])
     scale_up_domain: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
-    scale_out_gbps: float | None = Field(default=None, gt=0, le=lim.MAX_BANDWIDTH_GBPS)
+    scale_out_gbps: float | None = Field(default=None, ge=BANDWIDTH_GBPS[0], le=BANDWIDTH_GBPS[1])
 
     def given(self) -> dict[str, float]:
         """The overrides set, by field name."""

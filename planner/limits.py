@@ -37,12 +37,35 @@ MAX_CAPACITY_GIB = 65536.0
 """64 TiB per GPU in one memory tier (HBM today: ≤ 288 GiB; host DDR / CXL per GPU: ≤ a few TiB)."""
 MAX_BANDWIDTH_GBPS = 1e6
 """1 PB/s per GPU per direction (HBM3e: 8 TB/s; NVLink 5: 900 GB/s)."""
+MIN_BANDWIDTH_GBPS = 0.1
+"""100 MB/s per GPU per direction, a 1 Gb/s Ethernet port: any memory or network tier. The
+slowest catalog tier is Frontier's Slingshot share, 6.5 GB/s per GCD. Below it a step time
+is dominated by traffic that no plan can hide, and subnormal bandwidths make the cost model's
+times infinite."""
 MAX_LATENCY_US = 1e6
 """One second of network latency."""
 MAX_TFLOPS = 1e6
 """1 EFLOP/s per accelerator (B200 dense fp8: 4,500 TFLOP/s)."""
+MIN_TFLOPS = 0.1
+"""100 GFLOP/s: a laptop CPU core's worth; the slowest catalog peak is 191.5 TFLOP/s (MI250X
+GCD)."""
 MAX_GFLOP = 1e9
 """Largest GEMM of a matmul-efficiency curve (an exaFLOP)."""
+MIN_GFLOP = 1e-6
+"""Smallest GEMM of a matmul-efficiency curve (a thousand FLOPs; the catalog starts at 0.1)."""
+MIN_EFFICIENCY = 0.01
+"""Smallest share of a peak any efficiency may state (matmul curve points, attention kernels,
+memory and network tiers, a stack's GEMM / attention / memory-bound shares): 1 %. The lowest
+in the catalog is 0.04 (B200's 0.1-GFLOP GEMM); calibration searches from 0.1 up. A share of
+1e-300 is no measurement, and makes every time the cost model computes infinite."""
+MIN_CAPACITY_GIB = 0.001
+"""About 1 MiB: the smallest memory tier (per GPU) a system or an override may state."""
+MIN_USABLE_FRACTION = 0.1
+"""Smallest share of HBM a plan may be told to fill (the default is 0.95; Fujii et al. 2024's
+safe share is ~0.8)."""
+MIN_DP_BUCKET_PARAMS = 1e4
+"""Smallest data-parallel bucket (parameters): Megatron-Core's default is 40M; below 10k a
+step would pay a ring latency per few kilobytes."""
 MAX_TRAIN_TOKENS = 1e18
 """Token budget; the largest published budgets are ~3·10^13 (36T tokens)."""
 MAX_STEP_TIME_S = 1e9
@@ -51,6 +74,15 @@ MAX_DAYS = 1e5
 """Deadline for a token budget: ~274 years."""
 MAX_TIME_LIMIT_S = 86400.0
 """Solver time limit: one day."""
+MAX_WORK_UNITS = 86400.0
+"""Solver work limit, in CP-SAT deterministic units (about a second each): a day of work."""
+DEFAULT_WORK_UNITS = 60.0
+"""Default work budget of one query (a plan with its ``--top`` ranks; a plan's diagnosis
+shares what is left of it), in CP-SAT deterministic time units, charged per CP-SAT run
+(planner.solving.Budget). A work limit stops a search at the same point on any machine under
+any load, so the same input gives the same answer; the wall clock limits a search only where
+the user sets one. A unit is about a second of one core at rest; 60 units replaced the old
+wall-clock default of 60 s."""
 MAX_TOP = 100
 """Alternatives listed by ``plan --top``: each costs one more (warm-started) solve."""
 MAX_MEMORY_TIERS = 8

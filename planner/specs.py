@@ -60,6 +60,23 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans(cls, data: object) -> object:
+        """A number field given ``true``/``false`` is an error, not 1/0 (pydantic's lax mode
+        would read ``layers: true`` as one block)."""
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                value = data.get(name)
+                if isinstance(value, bool) and _is_numeric(field.annotation):
+                    raise ValueError(f"{name} = {value!r}: a number, not true/false")
+        return data
+
+
+def _is_numeric(annotation: object) -> bool:
+    """Whether a field's type is int or float, optionally with None."""
+    return annotation in (int, float, int | None, float | None)
+
 
 MODEL_NAMING_FIELDS = ("name", "description", "aliases", "sources")
 """The ModelSpec fields that name and document a model rather than shape it."""
@@ -339,8 +356,8 @@ class MatmulEfficiencyPoint(Spec):
     """One point of a matmul efficiency curve: a GEMM of ``gflop`` GFLOP runs at ``efficiency``
     of the accelerator's peak. Between points the curve is linear in log10(FLOPs)."""
 
-    gflop: float = Field(gt=0, le=lim.MAX_GFLOP)
-    efficiency: float = Field(gt=0, le=1)
+    gflop: float = Field(ge=lim.MIN_GFLOP, le=lim.MAX_GFLOP)
+    efficiency: float = Field(ge=lim.MIN_EFFICIENCY, le=1)
 
 
 class AttentionKernelPoint(Spec):
@@ -350,8 +367,8 @@ class AttentionKernelPoint(Spec):
     the forward). Between points the curve is linear in log2(sequence length)."""
 
     seq_len: int = Field(gt=0, le=lim.MAX_SEQ_LEN)
-    forward: float = Field(gt=0, le=1)
-    backward: float = Field(gt=0, le=1)
+    forward: float = Field(ge=lim.MIN_EFFICIENCY, le=1)
+    backward: float = Field(ge=lim.MIN_EFFICIENCY, le=1)
 
 
 class AcceleratorSpec(Spec):
@@ -383,7 +400,7 @@ class AcceleratorSpec(Spec):
         if "bf16" not in value:
             raise ValueError("peak_tflops must give at least 'bf16'")
         for precision, tflops in value.items():
-            lim.check_range(f"peak_tflops.{precision}", tflops, 0, lim.MAX_TFLOPS, low_open=True)
+            lim.check_range(f"peak_tflops.{precision}", tflops, lim.MIN_TFLOPS, lim.MAX_TFLOPS)
         return value
 
     @field_validator("matmul_efficiency")
@@ -404,9 +421,9 @@ class MemoryTierSpec(Spec):
     """
 
     name: str
-    capacity_gib: float = Field(gt=0, le=lim.MAX_CAPACITY_GIB)
-    bandwidth_gbps: float = Field(gt=0, le=lim.MAX_BANDWIDTH_GBPS)
-    efficiency: float = Field(default=1.0, gt=0, le=1)
+    capacity_gib: float = Field(ge=lim.MIN_CAPACITY_GIB, le=lim.MAX_CAPACITY_GIB)
+    bandwidth_gbps: float = Field(ge=lim.MIN_BANDWIDTH_GBPS, le=lim.MAX_BANDWIDTH_GBPS)
+    efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
 
 
 class NetworkTierSpec(Spec):
@@ -417,9 +434,9 @@ class NetworkTierSpec(Spec):
 
     name: str
     domain_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
-    bandwidth_gbps: float = Field(gt=0, le=lim.MAX_BANDWIDTH_GBPS)
+    bandwidth_gbps: float = Field(ge=lim.MIN_BANDWIDTH_GBPS, le=lim.MAX_BANDWIDTH_GBPS)
     latency_us: float = Field(default=0.0, ge=0, le=lim.MAX_LATENCY_US)
-    efficiency: float = Field(default=1.0, gt=0, le=1)
+    efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
 
 
 class SystemSpec(Spec):
@@ -480,10 +497,10 @@ class StackProfile(Spec):
 
     name: str
     description: str = ""
-    gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
+    gemm_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
     attention_kernel: str = "flash2"
-    attention_efficiency: float = Field(default=1.0, gt=0, le=1)
-    memory_bound_efficiency: float = Field(default=1.0, gt=0, le=1)
+    attention_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
+    memory_bound_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
     layer_overhead_us: float = Field(default=0.0, ge=0, le=1e5)
     step_overhead_s: float = Field(default=0.0, ge=0, le=3600)
     dp_overlap: bool = True
@@ -513,7 +530,7 @@ class StackProfile(Spec):
     (FSDP wraps each block; the embedding and head are one more unit); ``bucket`` — a bucket
     of max(dp_bucket_params, dp_bucket_params_per_rank·g) parameters for a group of g ranks
     (Megatron-Core's DDP); ``buffer`` — the whole gradient buffer at once."""
-    dp_bucket_params: float = Field(default=40e6, gt=0, le=1e15)
+    dp_bucket_params: float = Field(default=40e6, ge=lim.MIN_DP_BUCKET_PARAMS, le=1e15)
     """Smallest bucket, in parameters (``bucket`` unit)."""
     dp_bucket_params_per_rank: float = Field(default=1e6, ge=0, le=1e12)
     """Bucket growth per rank of the group, in parameters (``bucket`` unit)."""
@@ -521,7 +538,7 @@ class StackProfile(Spec):
     """Optimizer state per parameter: fp32 master weights and two Adam moments (12 bytes)."""
     hbm_reserve_gib: float = Field(default=2.0, ge=0, le=lim.MAX_CAPACITY_GIB)
     """HBM that the CUDA context, communication buffers and allocator fragmentation take."""
-    hbm_usable_fraction: float = Field(default=0.95, gt=0, le=1)
+    hbm_usable_fraction: float = Field(default=0.95, ge=lim.MIN_USABLE_FRACTION, le=1)
     """Share of HBM a plan may fill: the headroom a real allocator needs beyond the estimate
     (Fujii et al. 2024: plans estimated under ~80 % of HBM did not run out of memory in 454
     measured runs; 0.95 is this project's default margin)."""
@@ -558,7 +575,7 @@ class JobSpec(Spec):
     attention: AttentionKernel = "flash"
     train_tokens: float | None = Field(default=None, gt=0, le=lim.MAX_TRAIN_TOKENS)
     hbm_reserve_gib: float | None = Field(default=None, ge=0, le=lim.MAX_CAPACITY_GIB)
-    hbm_usable_fraction: float | None = Field(default=None, gt=0, le=1)
+    hbm_usable_fraction: float | None = Field(default=None, ge=lim.MIN_USABLE_FRACTION, le=1)
     expert_imbalance: float = Field(default=1.0, ge=1, le=lim.MAX_EXPERT_IMBALANCE)
     """Mixture-of-experts load imbalance: tokens the busiest expert-parallel rank receives over
     the mean (1: perfectly balanced routing). It scales the routed experts' compute and the

@@ -57,9 +57,14 @@ def test_an_offload_override_adds_a_tier_only_with_both_numbers() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"hbm_gib": -1}, "--hbm-gib = -1: Input should be greater than 0"),
+        ({"hbm_gib": -1}, "--hbm-gib = -1: Input should be greater than or equal to 0.001"),
+        ({"hbm_gib": 1e-300}, "--hbm-gib = 1e-300: Input should be greater than or equal to"),
         ({"scale_up_domain": 1 << 40}, "--scale-up-domain = "),
         ({"offload_gbps": float("inf")}, "--offload-gbps = inf"),
+        ({"scale_up_gbps": 5e-324}, "--scale-up-gbps = 5e-324: .* greater than or equal to 0.1"),
+        ({"scale_out_gbps": 0.09}, "--scale-out-gbps = 0.09: .* greater than or equal to 0.1"),
+        ({"offload_gib": 10.0, "offload_gbps": 1e-300}, "--offload-gbps = 1e-300"),
+        ({"scale_up_gbps": float("nan")}, "--scale-up-gbps = nan"),
     ],
 )
 def test_bad_overrides_are_one_line_input_errors(values: dict, message: str) -> None:
