@@ -390,8 +390,17 @@ def build_parser() -> argparse.ArgumentParser:
     plan_cmd.add_argument(
         "--time-limit",
         type=_seconds,
-        default=60.0,
-        help="solver time limit in seconds (default 60)",
+        default=None,
+        help="a wall-clock limit in seconds on the search (default: none; answers then depend "
+        "on the machine's load); alone, it replaces the default work limit",
+    )
+    plan_cmd.add_argument(
+        "--work-limit",
+        type=_number(0, lim.MAX_WORK_UNITS),
+        default=None,
+        metavar="UNITS",
+        help="a limit on the search's work in CP-SAT deterministic units, about a second each "
+        f"(default {lim.DEFAULT_WORK_UNITS:g}; the same answer on any machine under any load)",
     )
     _add_target_args(plan_cmd)
     plan_cmd.add_argument(
@@ -787,6 +796,13 @@ def run_evaluate(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if estimate.fits else EXIT_INFEASIBLE
 
 
+def _work_limit(args: argparse.Namespace) -> float | None:
+    """--work-limit; by default DEFAULT_WORK_UNITS, none where only --time-limit was given."""
+    if args.work_limit is not None or args.time_limit is not None:
+        return args.work_limit
+    return lim.DEFAULT_WORK_UNITS
+
+
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     from constraints.target import PerformanceTarget
     from planner import report
@@ -810,6 +826,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         rank_by=args.rank_by,
         target=target,
         time_limit_s=args.time_limit,
+        work_limit=_work_limit(args),
         max_micro_batch=args.max_micro_batch,
         max_interleave=args.max_interleave,
         max_cp=args.max_cp,

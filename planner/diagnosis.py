@@ -33,18 +33,26 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.rules import cp_values, divisors
 from planner.search_space import build_search_space, stage_layouts
-from planner.solving import SOLVED, decode, minimize_then_fix, solve
+from planner.solving import (
+    SOLVED,
+    Budget,
+    StoppedBy,
+    decode,
+    minimize_then_fix,
+    solve_within,
+)
 from planner.specs import JobSpec, MemoryTierSpec, ModelSpec, Strategy, SystemSpec
 
-CHECK_TIME_LIMIT_S = 20.0
-FEWEST_GPUS_TIME_LIMIT_S = 10.0
-"""The fewest-GPUs search stops here; its answer is then the best found, marked unproven."""
+CHECK_WORK_UNITS = 20.0
+"""Work cap of one step of a diagnosis (a conflict check, a least-memory solve, a re-plan), in
+CP-SAT deterministic units, inside what is left of the query's budget."""
+FEWEST_GPUS_WORK_UNITS = 10.0
+"""The fewest-GPUs search stops after this much work; its answer is then the best found,
+marked unproven (and none found is not a proof that none fits)."""
 NEW_TIER_GBPS = 100.0
 """Bandwidth assumed for an offload tier the system does not have (the SC23 poster's 100 GB/s)."""
 NEW_TIER_CAPACITY_GIB = 64.0 * 1024
 MAX_BATCH_TRIES = 6
-MIN_SOLVE_S = 0.05
-"""A solve started after the diagnosis's deadline still gets this long (it may prove quickly)."""
 
 
 class Conflict(BaseModel):
@@ -76,8 +84,22 @@ class Diagnosis(BaseModel):
     relaxations: list[Relaxation]
     wall_time_s: float
     complete: bool = True
-    """False when the time budget ran out: the conflict may then not be irreducible, and some
-    fixes were not searched for or not verified."""
+    """False when a limit cut a step short: the conflict may then not be irreducible, and some
+    fixes were not searched for, not proven least or not verified."""
+    stopped_by: StoppedBy | None = None
+    """The limit that cut a step short ("work limit" or "time limit"; None when complete)."""
+
+
+@dataclass(frozen=True)
+class _Least:
+    """A least quantity a diagnosis searched for: the value found and its strategy (None: none
+    found); whether the value is proven least or, with none found, whether it is proven that
+    none exists; the plan that verified it, if one was made."""
+
+    value: float | None
+    strategy: Strategy | None
+    proven: bool
+    result: object = None
 
 
 Planner = Callable[..., object]
@@ -193,12 +215,12 @@ def diagnose(
     limits: dict[str, int | None],
     target: PerformanceTarget | None = None,
     fixes: bool = True,
-    time_limit_s: float = 60.0,
+    budget: Budget | None = None,
 ) -> Diagnosis:
     """The diagnosis of an infeasible planning problem (see the module docstring). Without
     ``fixes``, only the conflict (no relaxations, and no fewest-GPU search). Every solve and
-    re-plan inside shares ``time_limit_s``; when it runs out the diagnosis says what it has
-    (``complete`` false)."""
+    re-plan inside spends from ``budget`` (default: planner.limits.DEFAULT_WORK_UNITS); when a limit
+    cuts a step short the diagnosis says what it has (``complete`` false, ``stopped_by``)."""
     started = time.perf_counter()
     session = _Session(
         CostContext(model, system, job),
@@ -208,7 +230,7 @@ def diagnose(
         target,
         plan_fn,
         fixes,
-        deadline=started + time_limit_s,
+        budget=budget or Budget(),
     )
     pinned = pin_conflicts(model, system, job, gpus, pins)
     if pinned:
@@ -218,6 +240,7 @@ def diagnose(
             relaxations=[relaxation],
             wall_time_s=time.perf_counter() - started,
             complete=not session.incomplete,
+            stopped_by=session.stopped_by,
         )
     core = session.irreducible_core()
     conflicts = [session.quantify(family, label) for family, label in core]
@@ -227,6 +250,7 @@ def diagnose(
         relaxations=relaxations,
         wall_time_s=time.perf_counter() - started,
         complete=not session.incomplete,
+        stopped_by=session.stopped_by,
     )
 
 
@@ -241,26 +265,38 @@ class _Session:
     target: PerformanceTarget | None
     plan_fn: Planner
     fixes: bool = True
-    deadline: float = math.inf
-    """perf_counter() time by which the diagnosis answers with what it has."""
+    budget: Budget = field(default_factory=Budget)
+    """What the diagnosis may spend; it answers with what it has when this runs out."""
+    stopped_by: StoppedBy | None = None
+    """Set once a step was cut short or skipped by a limit."""
     incomplete: bool = False
-    """Set once a step was cut short or skipped for want of time."""
-    fewest_cache: list = field(default_factory=list)
+    """Set once a step was cut short, skipped, or done over a smaller space (a model too
+    large to build whole)."""
+    fewest_cache: list[_Least] = field(default_factory=list)
+    least_cache: dict[tuple[str, str | None], _Least] = field(default_factory=dict)
 
-    def limit_s(self, cap_s: float) -> float:
-        """The time limit of the next solve: ``cap_s`` or what is left, if less (then the
-        diagnosis is marked incomplete, since that solve may not finish)."""
-        left_s = self.deadline - time.perf_counter()
-        if left_s < cap_s:
-            self.incomplete = True
-        return max(MIN_SOLVE_S, min(cap_s, left_s))
+    def step(self, cap_units: float) -> Budget:
+        """The budget of one step: at most ``cap_units`` of what is left."""
+        return self.budget.within(cap_units)
+
+    def cut_short(self, stopped_by: StoppedBy | None) -> None:
+        """Record that a limit left a step unproven (the diagnosis is then incomplete)."""
+        self.stopped_by = self.stopped_by or stopped_by or "work limit"
+        self.incomplete = True
 
     def out_of_time(self) -> bool:
-        """Whether the deadline has passed (the diagnosis is then incomplete)."""
-        if time.perf_counter() >= self.deadline:
-            self.incomplete = True
-            return True
-        return False
+        """Whether the budget has run out (the diagnosis is then incomplete)."""
+        exhausted = self.budget.exhausted()
+        if exhausted:
+            self.cut_short(exhausted)
+        return exhausted is not None
+
+    def solve(self, built: PlanModel, cap_units: float, **options) -> tuple:
+        """Solve within a step's budget; (solver, status), a limit that stopped it recorded."""
+        solved = solve_within(built, self.step(cap_units), **options)
+        if solved.stopped_by is not None:
+            self.cut_short(solved.stopped_by)
+        return solved.solver, solved.status
 
     def space(
         self, system: SystemSpec | None = None, gpus: int | None = -1, prune: bool = True, **extra
@@ -288,15 +324,36 @@ class _Session:
         gpus: int | None = None,
         pins: dict[str, int] | None = None,
     ):
-        return self.plan_fn(
-            self.ctx.model,
-            system or self.ctx.system,
-            job or self.ctx.job,
-            gpus or self.gpus,
+        return self.checked_plan(
+            system=system or self.ctx.system,
+            job=job or self.ctx.job,
+            gpus=gpus or self.gpus,
             pins=self.pins if pins is None else pins,
-            time_limit_s=self.limit_s(CHECK_TIME_LIMIT_S),
+        )
+
+    def checked_plan(self, target_free: bool = False, **problem):
+        """A plan (``plan_fn``) of this problem with ``problem``'s changes, within a step's
+        budget (charged to the diagnosis's), or None when no budget is left."""
+        if self.out_of_time():
+            return None
+        step = self.step(CHECK_WORK_UNITS)
+        plan_fn = functools.partial(self.plan_fn, target=None) if target_free else self.plan_fn
+        seconds_left = step.seconds_left()
+        result = plan_fn(
+            self.ctx.model,
+            problem.get("system", self.ctx.system),
+            problem.get("job", self.ctx.job),
+            problem.get("gpus", self.gpus),
+            pins=problem.get("pins", self.pins),
+            work_limit=step.units_left(),
+            time_limit_s=seconds_left if seconds_left is None else max(seconds_left, 1e-3),
             **self.limits,
         )
+        if result.solver is not None:
+            step.charge(result.solver.work_units)
+            if result.solver.stopped_by is not None:
+                self.cut_short(result.solver.stopped_by)
+        return result
 
     # -- the conflict ------------------------------------------------------------------------
     def irreducible_core(self) -> list[tuple[str, str]]:
@@ -313,7 +370,7 @@ class _Session:
             built = self.build(space, assumptions=True)
         built.model.ClearObjective()
         families = {name: f.label for name, f in built.variables.families.items()}
-        solver, status = solve(built, self.limit_s(CHECK_TIME_LIMIT_S))
+        solver, status = self.solve(built, CHECK_WORK_UNITS)
         if status == cp_model.INFEASIBLE:
             by_index = {f.literal.Index(): n for n, f in built.variables.families.items()}
             core = [
@@ -327,8 +384,7 @@ class _Session:
         def infeasible(names: list[str]) -> bool:
             trial = self.build(space, dropped=frozenset(families) - set(names))
             trial.model.ClearObjective()
-            limit_s = self.limit_s(CHECK_TIME_LIMIT_S)
-            return solve(trial, limit_s)[1] == cp_model.INFEASIBLE
+            return self.solve(trial, CHECK_WORK_UNITS)[1] == cp_model.INFEASIBLE
 
         for name in list(core):
             if self.out_of_time():  # the core found so far conflicts, maybe not minimally
@@ -342,12 +398,14 @@ class _Session:
         """What the family limits, with the family dropped and that quantity minimised."""
         ctx = self.ctx
         if self.out_of_time():
-            return Conflict(family=family, label=label, detail="not quantified (time limit)")
+            return Conflict(
+                family=family, label=label, detail=f"not quantified ({self.stopped_by})"
+            )
         if family == "hbm" or family.startswith("offload"):
             least = self.least_memory(family)
-            if least is None:
-                return Conflict(family=family, label=label, detail="no strategy fits even then")
-            gib, strategy = least
+            if least.value is None:
+                return Conflict(family=family, label=label, detail=self.none_found(least))
+            gib, strategy = least.value, least.strategy
             if family == "hbm":
                 capacity = gib / ctx.hbm_usable_fraction
                 detail = (
@@ -372,25 +430,23 @@ class _Session:
                 family=family, label=label, detail=detail, value=gib, unit="GiB", strategy=strategy
             )
         if family == "factorization":
-            fewest = self.fewest_gpus() if self.fixes else None
             if not self.fixes:
                 return Conflict(family=family, label=label, detail=f"{self.gpus} GPUs")
-            if fewest is None:
+            fewest = self.fewest_gpus()
+            if fewest.value is None:
                 return Conflict(
                     family=family,
                     label=label,
-                    detail=(f"{self.gpus} GPUs; no GPU count fits under the other constraints"),
+                    detail=f"{self.gpus} GPUs; {self.none_found(fewest, 'GPU count')}",
                 )
+            which = "the fewest that fit" if fewest.proven else "the fewest found (not proven)"
             return Conflict(
                 family=family,
                 label=label,
-                detail=(
-                    f"{self.gpus} GPUs; the fewest that fit under the other constraints: "
-                    f"{fewest[0]}"
-                ),
-                value=fewest[0],
+                detail=f"{self.gpus} GPUs; {which} under the other constraints: {fewest.value}",
+                value=fewest.value,
                 unit="GPUs",
-                strategy=fewest[1].strategy,
+                strategy=fewest.strategy,
             )
         if family == "batch":
             return Conflict(
@@ -446,23 +502,25 @@ class _Session:
             detail=f"{label} rules out every strategy that fits with the rest",
         )
 
+    def none_found(self, least: _Least, what: str = "strategy") -> str:
+        """What a search that found nothing may claim: that nothing fits, with a proof; else
+        only that nothing was found within the limit that stopped it."""
+        if least.proven:
+            return f"no {what} fits even then" if what == "strategy" else f"no {what} fits"
+        return f"no {what} found within the {self.stopped_by or 'work limit'}"
+
     def target_conflict(self, label: str) -> Conflict:
         """The best the problem can do without the target: its strategy, and as the value its
         MFU (an MFU goal) or its step time (a step-time goal)."""
-        free = functools.partial(self.plan_fn, target=None)
-        result = free(
-            self.ctx.model,
-            self.ctx.system,
-            self.ctx.job,
-            self.gpus,
-            pins=self.pins,
-            time_limit_s=self.limit_s(CHECK_TIME_LIMIT_S),
-            **self.limits,
-        )
-        if result.strategy is None:
-            return Conflict(
-                family="target", label=label, detail="no strategy fits even without the target"
+        result = self.checked_plan(target_free=True)
+        if result is None or result.strategy is None:
+            proven = result is not None and result.status == "infeasible"
+            detail = (
+                "no strategy fits even without the target"
+                if proven
+                else f"no strategy found without the target within the {self.stopped_by}"
             )
+            return Conflict(family="target", label=label, detail=detail)
         estimate = result.estimate
         detail = (
             f"unreachable here: the best strategy without it reaches MFU {estimate.mfu:.1%}, "
@@ -478,55 +536,68 @@ class _Session:
             strategy=result.strategy,
         )
 
-    def least_memory(
-        self, family: str, system: SystemSpec | None = None
-    ) -> tuple[float, Strategy] | None:
-        """(GiB per GPU, strategy): the least HBM (usable) or offload-tier capacity any strategy
-        needs, with that tier's fit family dropped."""
+    def least_memory(self, family: str, system: SystemSpec | None = None) -> _Least:
+        """The least HBM (usable) or offload-tier capacity any strategy needs, in GiB per GPU,
+        with that tier's fit family dropped, and its fastest strategy (solving.
+        minimize_then_fix); remembered per family for the problem's own system (the conflict
+        and the fix ask the same question)."""
+        key = (family, None if system is None else system.model_dump_json())
+        if key not in self.least_cache:
+            self.least_cache[key] = self.solve_least_memory(family, system)
+        return self.least_cache[key]
+
+    def solve_least_memory(self, family: str, system: SystemSpec | None) -> _Least:
+        """least_memory, solved."""
         ctx = CostContext(self.ctx.model, system, self.ctx.job) if system else self.ctx
         try:
             built = self.build(self.space(system=system), ctx=ctx, dropped=frozenset({family}))
         except ModelTooLarge:
             self.incomplete = True
-            return None
+            return _Least(None, None, proven=False)
         need = (
             built.needs.hbm
             if family == "hbm"
             else built.needs.offload[int(family.removeprefix("offload")) - 1]
         )
-        least, solver, status = minimize_then_fix(built, need, self.limit_s(CHECK_TIME_LIMIT_S))
-        if least is None or status not in SOLVED:
-            return None
-        return least * built.needs.unit_bytes / BYTES_PER_GIB, decode(built, solver)
+        least, proven, solved = minimize_then_fix(built, need, self.step(CHECK_WORK_UNITS))
+        if solved.stopped_by is not None:
+            self.cut_short(solved.stopped_by)
+        if least is None or solved.status not in SOLVED:
+            return _Least(None, None, proven=solved.status == cp_model.INFEASIBLE)
+        gib = least * built.needs.unit_bytes / BYTES_PER_GIB
+        return _Least(gib, decode(built, solved.solver), proven=proven)
 
-    def fewest_gpus(self) -> tuple[int, object, bool] | None:
+    def fewest_gpus(self) -> _Least:
         """The fewest GPUs that admit a strategy, with the GPU count tp·cp·pp·dp a decision
         variable (whole nodes when the problem's count is; bounded by the system's maximum,
-        else by scale-up domain × layers × global batch); the plan at that count (the
-        fixed-count model finds its fastest strategy much faster); and whether the minimum is
-        proven."""
+        else by scale-up domain × layers × global batch), within FEWEST_GPUS_WORK_UNITS; the
+        plan at that count verifies it (the fixed-count model finds its fastest strategy much
+        faster)."""
         if not self.fewest_cache:
-            ctx, system = self.ctx, self.ctx.system
-            bound = system.max_gpus or min(
-                system.scale_up_gpus * ctx.model.layers * ctx.job.global_batch, lim.MAX_GPUS
-            )
-            node = system.gpus_per_node
-            multiple = node if self.gpus % node == 0 else 1
-            try:
-                built = self.build(self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple))
-            except ModelTooLarge:  # a free GPU count adds dp to every dp-dependent table
-                self.incomplete = True
-                self.fewest_cache.append(None)
-                return None
-            built.model.Minimize(built.variables.log_gpu_count())
-            solver, status = solve(built, self.limit_s(FEWEST_GPUS_TIME_LIMIT_S), lp_fallback=False)
-            if status in SOLVED:
-                least = decode(built, solver).gpus
-                result = self.replan(gpus=least)
-                self.fewest_cache.append((least, result, status == cp_model.OPTIMAL))
-            else:
-                self.fewest_cache.append(None)
+            self.fewest_cache.append(self.solve_fewest_gpus())
         return self.fewest_cache[0]
+
+    def solve_fewest_gpus(self) -> _Least:
+        """fewest_gpus, solved."""
+        ctx, system = self.ctx, self.ctx.system
+        bound = system.max_gpus or min(
+            system.scale_up_gpus * ctx.model.layers * ctx.job.global_batch, lim.MAX_GPUS
+        )
+        node = system.gpus_per_node
+        multiple = node if self.gpus % node == 0 else 1
+        try:
+            built = self.build(self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple))
+        except ModelTooLarge:  # a free GPU count adds dp to every dp-dependent table
+            self.incomplete = True
+            return _Least(None, None, proven=False)
+        built.model.Minimize(built.variables.log_gpu_count())
+        solver, status = self.solve(built, FEWEST_GPUS_WORK_UNITS, lp_fallback=False)
+        if status not in SOLVED:
+            return _Least(None, None, proven=status == cp_model.INFEASIBLE)
+        least = decode(built, solver).gpus
+        result = self.replan(gpus=least)
+        strategy = None if result is None else result.strategy
+        return _Least(least, strategy, proven=status == cp_model.OPTIMAL, result=result)
 
     # -- the fixes ---------------------------------------------------------------------------
     def relaxations(self, core: set[str]) -> list[Relaxation]:
@@ -534,15 +605,17 @@ class _Session:
         system = ctx.system
         found: list[Relaxation] = []
         fewest = None if self.out_of_time() else self.fewest_gpus()
-        if fewest and fewest[0] != self.gpus:
-            which = "the fewest that fit" if fewest[2] else "the fewest found; not proven minimal"
+        if fewest and fewest.value is not None and fewest.value != self.gpus:
+            which = "the fewest that fit" if fewest.proven else "the fewest found; not proven"
             found.append(
-                _verified("gpus", f"{fewest[0]} GPUs ({which})", fewest[0], "GPUs", fewest[1])
+                _verified(
+                    "gpus", f"{fewest.value} GPUs ({which})", fewest.value, "GPUs", fewest.result
+                )
             )
         if "hbm" in core and not self.out_of_time():
             least = self.least_memory("hbm")
-            if least is not None:
-                capacity = math.ceil(least[0] / ctx.hbm_usable_fraction * 10) / 10
+            if least.value is not None:
+                capacity = math.ceil(least.value / ctx.hbm_usable_fraction * 10) / 10
                 bigger = _with_tier(system, 0, capacity)
                 found.append(
                     _verified(
@@ -598,9 +671,9 @@ class _Session:
         for index in candidates:
             stretched = _with_tier(base, index, NEW_TIER_CAPACITY_GIB)
             least = self.least_memory(f"offload{index}", system=stretched)
-            if least is None:
+            if least.value is None:
                 continue
-            capacity = math.ceil(least[0])
+            capacity = math.ceil(least.value)
             tier = base.memory_tiers[index]
             what = (
                 f"an offload tier of ≥ {capacity} GiB per GPU at {tier.bandwidth_gbps:g} GB/s"
@@ -638,7 +711,7 @@ class _Session:
             if self.out_of_time():
                 break
             result = self.replan(job=self.ctx.job.model_copy(update={"global_batch": candidate}))
-            if result.strategy is not None:
+            if result is not None and result.strategy is not None:
                 return [
                     _verified(
                         "global_batch", f"global batch {candidate}", candidate, "sequences", result
@@ -666,13 +739,15 @@ def _hbm_items(ctx: CostContext, strategy: Strategy) -> str:
 
 
 def _verified(quantity: str, change: str, value, unit, result) -> Relaxation:
-    ok = result.strategy is not None
+    """A relaxation, verified when ``result`` (the plan with it; None: not planned, for want
+    of budget) found a strategy."""
+    ok = result is not None and result.strategy is not None
     return Relaxation(
         quantity=quantity,
         change=change,
         value=value,
         unit=unit,
         verified=ok,
-        strategy=result.strategy,
+        strategy=result.strategy if ok else None,
         step_time_s=result.estimate.step_time_s if ok else None,
     )

@@ -31,7 +31,9 @@ from planner.search_space import SearchSpace, build_search_space, stated_caps
 from planner.solving import (
     DEFAULT_WORKERS,
     SOLVED,
+    Budget,
     PartsSolved,
+    StoppedBy,
     decode,
     expert_parts,
     solve_parts,
@@ -42,11 +44,22 @@ Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 
 
 class SolverReport(BaseModel):
-    """How the solve went: status, times, objective and bound (seconds of step time)."""
+    """How the solve went: status, times, objective and bound (seconds of step time), the
+    limits it ran under and the one that stopped it short of a proof."""
 
     status: Status
     wall_time_s: float
     build_time_s: float
+    stopped_by: StoppedBy | None = None
+    """The limit that ended the search before it proved its answer optimal (or proved that
+    none exists): "work limit" or "time limit"; None when the answer is proven."""
+    work_units: float = 0.0
+    """CP-SAT deterministic work the solves spent (about a second each on one core at rest)."""
+    work_limit: float | None = lim.DEFAULT_WORK_UNITS
+    """The work limit set, in deterministic units (None: none)."""
+    time_limit_s: float | None = None
+    """The wall-clock limit set (None: none; the default, so that answers do not depend on
+    the machine's load)."""
     objective_step_s: float | None
     bound_step_s: float | None
     gap: float | None
@@ -103,7 +116,7 @@ def plan(
     gpus: int,
     pins: dict[str, int] | None = None,
     top: int = 1,
-    time_limit_s: float = 60.0,
+    time_limit_s: float | None = None,
     workers: int = DEFAULT_WORKERS,
     max_micro_batch: int = 64,
     max_interleave: int | None = None,
@@ -113,14 +126,18 @@ def plan(
     diagnose: bool | str = True,
     target: PerformanceTarget | None = None,
     rank_by: RankBy = "structure",
+    work_limit: float | None = lim.DEFAULT_WORK_UNITS,
 ) -> Plan:
-    """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless the
-    time limit cut the proof short (status ``feasible``). With ``top`` = K, also the K best
-    ranks (``alternatives``, the best first; K ≤ planner.limits.MAX_TOP, all within
-    ``time_limit_s``): distinct step times with their tied variants by default, or distinct
-    structures or strategies (``rank_by``, planner.ranking). When nothing fits, ``diagnose``
-    explains why (planner.diagnosis; ``diagnose="conflict"`` names the conflict without
-    searching for fixes). ``target`` (a step-time or MFU bound) is one more constraint family.
+    """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless a
+    limit cut the proof short (status ``feasible``, ``solver.stopped_by`` naming the limit):
+    ``work_limit`` deterministic work units (planner.limits.DEFAULT_WORK_UNITS; None: none) and, if
+    set, ``time_limit_s`` wall-clock seconds, whichever runs out first, shared by every solve
+    of the query (the ranks and the diagnosis included). With ``top`` = K, also the K best
+    ranks (``alternatives``, the best first; K ≤ planner.limits.MAX_TOP): distinct step times
+    with their tied variants by default, or distinct structures or strategies (``rank_by``,
+    planner.ranking). When nothing fits, ``diagnose`` explains why (planner.diagnosis;
+    ``diagnose="conflict"`` names the conflict without searching for fixes). ``target`` (a
+    step-time or MFU bound) is one more constraint family.
 
     The space searched: micro-batches dividing the global batch up to ``max_micro_batch``,
     interleaves up to ``max_interleave`` (None: every divisor of the blocks per stage), context
@@ -145,8 +162,7 @@ def plan(
         raise InputError(f"--max-stage-skew = {max_stage_skew!r}: allowed 0..{lim.MAX_LAYERS}")
     if offload_step not in (1, 2, 4, 8):
         raise InputError(f"--offload-step = {offload_step!r} eighths: allowed 1, 2, 4, 8")
-    if not 0 < time_limit_s <= lim.MAX_TIME_LIMIT_S:
-        raise InputError(f"--time-limit = {time_limit_s!r}: allowed (0, {lim.MAX_TIME_LIMIT_S:g}]")
+    check_limits(time_limit_s, work_limit)
     ctx = CostContext(model_spec, system_spec, job)
     pins = dict(pins or {})
     limits = {
@@ -157,6 +173,7 @@ def plan(
         "offload_step": offload_step,
     }
     started = time.perf_counter()
+    budget = Budget.of(work_limit, time_limit_s)
     infeasible = functools.partial(
         _infeasible,
         model=model_spec,
@@ -168,7 +185,7 @@ def plan(
         diagnose=diagnose,
         started=started,
         target=target,
-        time_limit_s=time_limit_s,
+        budget=budget,
     )
     if pin_conflicts(model_spec, system_spec, job, gpus, pins):
         return infeasible(None)
@@ -177,10 +194,14 @@ def plan(
     # The ranks of --top are searched in one model of the whole space.
     parts = expert_parts(space) if top == 1 else [space]
     solved = solve_parts(
-        lambda part: build_plan_model(ctx, part, target=target), parts, time_limit_s, workers
+        lambda part: build_plan_model(ctx, part, target=target),
+        parts,
+        workers=workers,
+        budget=budget,
     )
     built, solver, status = solved.built, solved.solver, solved.status
     report = _report(solved, time.perf_counter() - started, space_s, space)
+    report.work_limit, report.time_limit_s = work_limit, time_limit_s
     report.caps = stated_caps(model_spec, system_spec, job, gpus, **limits)
     if status == cp_model.INFEASIBLE:
         return infeasible(report)
@@ -195,10 +216,11 @@ def plan(
             top,
             rank_by,
             lambda strategy: _estimate(ctx, strategy, system_spec).step_time_s,
-            started + time_limit_s,
+            budget,
             workers,
         )
     report.wall_time_s = time.perf_counter() - started
+    report.work_units = budget.spent_units
     alternatives = []
     if top > 1:
         for number, ranked in enumerate(ranks, start=1):
@@ -230,6 +252,17 @@ def plan(
     )
 
 
+def check_limits(time_limit_s: float | None, work_limit: float | None) -> None:
+    """Refuse a limit outside its range, or no limit at all (a search could then run
+    forever)."""
+    if time_limit_s is not None and not 0 < time_limit_s <= lim.MAX_TIME_LIMIT_S:
+        raise InputError(f"--time-limit = {time_limit_s!r}: allowed (0, {lim.MAX_TIME_LIMIT_S:g}]")
+    if work_limit is not None and not 0 < work_limit <= lim.MAX_WORK_UNITS:
+        raise InputError(f"--work-limit = {work_limit!r}: allowed (0, {lim.MAX_WORK_UNITS:g}]")
+    if time_limit_s is None and work_limit is None:
+        raise InputError("--work-limit = none: set a work limit or a time limit (--time-limit)")
+
+
 def _check_whole(flag: str, value: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
         raise InputError(f"{flag} = {value!r}: allowed range is 1..{high}")
@@ -243,9 +276,9 @@ STATUS_NAMES: dict[int, Status] = {
 
 
 def _infeasible(
-    report, model, system, job, gpus, pins, limits, diagnose, started, target, time_limit_s
+    report, model, system, job, gpus, pins, limits, diagnose, started, target, budget
 ) -> Plan:
-    """No strategy: the diagnosis, within what is left of ``time_limit_s``."""
+    """No strategy: the diagnosis, within what is left of the query's ``budget``."""
     diagnosis = None
     if diagnose:
         verify = functools.partial(plan, diagnose=False, target=target)
@@ -259,10 +292,11 @@ def _infeasible(
             limits,
             target,
             fixes=diagnose != "conflict",
-            time_limit_s=max(0.0, time_limit_s - (time.perf_counter() - started)),
+            budget=budget,
         )
     if report is not None:
         report.wall_time_s = time.perf_counter() - started
+        report.work_units = budget.spent_units
     return Plan(
         status="infeasible", strategy=None, estimate=None, solver=report, diagnosis=diagnosis
     )
@@ -288,6 +322,8 @@ def _report(solved: PartsSolved, wall: float, space_s: float, space: SearchSpace
         constraints=solved.constraints,
         table_entries=solved.table_entries,
         search_space=space.size(),
+        stopped_by=solved.stopped_by,
+        work_units=solved.work_units,
     )
 
 

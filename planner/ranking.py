@@ -23,7 +23,6 @@ then fewer offloaded tensor kinds — fewer moving parts and less communication 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -33,7 +32,7 @@ from ortools.sat.python import cp_model
 from constraints import PlanModel
 from planner.cost.step import Knobs
 from planner.search_space import KNOBS
-from planner.solving import SOLVED, decode, solve
+from planner.solving import SOLVED, Budget, decode, solve_within
 from planner.specs import Strategy
 
 RankBy = Literal["step", "structure", "strategy"]
@@ -60,15 +59,15 @@ def rank(
     top: int,
     rank_by: RankBy,
     step_s: Callable[[Strategy], float],
-    deadline: float,
+    budget: Budget,
     workers: int,
 ) -> list[Rank]:
     """The ``top`` ranks, best first, starting from ``solver``'s optimum of ``built``.
-    ``step_s`` evaluates a strategy with the cost model. Every solve shares the time left until
-    ``deadline`` (perf_counter seconds)."""
+    ``step_s`` evaluates a strategy with the cost model. Every solve spends from ``budget``
+    (the query's work and time limits); ranking stops with what it has when it runs out."""
     if rank_by == "structure":
-        return _by_structure(built, solver, top, deadline, workers)
-    return _in_order(built, solver, top, rank_by == "step", step_s, deadline, workers)
+        return _by_structure(built, solver, top, budget, workers)
+    return _in_order(built, solver, top, rank_by == "step", step_s, budget, workers)
 
 
 def _in_order(
@@ -77,7 +76,7 @@ def _in_order(
     top: int,
     group: bool,
     step_s: Callable[[Strategy], float],
-    deadline: float,
+    budget: Budget,
     workers: int,
 ) -> list[Rank]:
     """Strategies in order of the objective (each excluded once found, the last objective a
@@ -91,14 +90,7 @@ def _in_order(
     while True:
         exclude(built, current, (*KNOBS, "dp"))
         built.model.Add(built.objective() >= round(solver.ObjectiveValue()))
-        solver, status = (
-            solve(built, _left_s(deadline), workers)
-            if _left_s(deadline) > 0
-            else (
-                solver,
-                cp_model.UNKNOWN,
-            )
-        )
+        solver, status = _solve(built, budget, workers, solver)
         current = decode(built, solver) if status in SOLVED else None
         tied = (
             group
@@ -115,33 +107,40 @@ def _in_order(
 
 
 def _by_structure(
-    built: PlanModel, solver: cp_model.CpSolver, top: int, deadline: float, workers: int
+    built: PlanModel, solver: cp_model.CpSolver, top: int, budget: Budget, workers: int
 ) -> list[Rank]:
     """Distinct structures: each rank's variants are found with the structure held and the step
     bounded from above (a sound bound), then the structure is excluded."""
     ranks: list[Rank] = []
     while True:
         current = decode(built, solver)
-        variants = _same_structure(built, solver, current, deadline, workers)
+        variants = _same_structure(built, solver, current, budget, workers)
         ranks.append(Rank(current, variants, len(variants)))
-        if len(ranks) >= top or _left_s(deadline) <= 0:
+        if len(ranks) >= top or budget.exhausted():
             return ranks
         built.model.Add(built.objective() >= round(solver.ObjectiveValue()))
         exclude(built, current, STRUCTURAL_KNOBS)
-        solver, status = solve(built, _left_s(deadline), workers)
+        solver, status = _solve(built, budget, workers, solver)
         if status not in SOLVED:
             return ranks
 
 
-def _left_s(deadline: float) -> float:
-    return deadline - time.perf_counter()
+def _solve(
+    built: PlanModel, budget: Budget, workers: int, last: cp_model.CpSolver
+) -> tuple[cp_model.CpSolver, int]:
+    """The next solve within ``budget``; UNKNOWN (with the ``last`` solver) once it has run
+    out."""
+    if budget.exhausted():
+        return last, cp_model.UNKNOWN
+    solved = solve_within(built, budget, workers)
+    return solved.solver, solved.status
 
 
 def _same_structure(
     built: PlanModel,
     solver: cp_model.CpSolver,
     representative: Strategy,
-    deadline: float,
+    budget: Budget,
     workers: int,
 ) -> tuple[Strategy, ...]:
     """Strategies of the representative's structure tied with it (step variable at most
@@ -153,10 +152,10 @@ def _same_structure(
     assumptions = [within, *_literals(built, representative, STRUCTURAL_KNOBS)]
     exclude(built, representative, (*KNOBS, "dp"))
     found: list[Strategy] = []
-    while len(found) < MAX_VARIANTS and _left_s(deadline) > 0:
+    while len(found) < MAX_VARIANTS and not budget.exhausted():
         model.ClearAssumptions()
         model.AddAssumptions(assumptions)
-        variant_solver, status = solve(built, _left_s(deadline), workers)
+        variant_solver, status = _solve(built, budget, workers, solver)
         if status not in SOLVED:
             break
         found.append(decode(built, variant_solver))

@@ -6,18 +6,89 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from ortools.sat.python import cp_model
 
 from constraints import PlanModel
 from planner.errors import InternalError
+from planner.limits import DEFAULT_WORK_UNITS
 from planner.search_space import SearchSpace, strategy_from_values
 from planner.specs import Strategy
 
 DEFAULT_WORKERS = 1
 DEFAULT_SEED = 0
 SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+StoppedBy = Literal["work limit", "time limit"]
+"""Which limit ended a search before its proof: its deterministic work budget, or the
+wall-clock time limit the user set."""
+
+
+@dataclass
+class Budget:
+    """What a query may still spend on solving: CP-SAT deterministic work units
+    (``work_units``; None: no work limit) and, where the user set one, wall-clock time until
+    ``deadline_s`` (a ``time.perf_counter`` instant; None: no time limit). Each CP-SAT run is
+    charged its deterministic time (``charge``); a budget made by ``within`` charges its
+    parent too, so a step of a query spends from the query's budget."""
+
+    work_units: float | None = DEFAULT_WORK_UNITS
+    deadline_s: float | None = None
+    spent_units: float = 0.0
+    parent: Budget | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, work_units: float | None, time_limit_s: float | None) -> Budget:
+        """A budget of ``work_units`` and ``time_limit_s`` seconds from now (None: no limit)."""
+        deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+        return cls(work_units=work_units, deadline_s=deadline)
+
+    def units_left(self) -> float | None:
+        """Work units left (None: unlimited), the parent's limit included."""
+        own = None if self.work_units is None else self.work_units - self.spent_units
+        above = None if self.parent is None else self.parent.units_left()
+        known = [left for left in (own, above) if left is not None]
+        return max(0.0, min(known)) if known else None
+
+    def seconds_left(self) -> float | None:
+        """Wall-clock seconds left (None: no time limit)."""
+        if self.deadline_s is None:
+            return None
+        return max(0.0, self.deadline_s - time.perf_counter())
+
+    def exhausted(self) -> StoppedBy | None:
+        """The limit that has run out, if one has (the work limit checked first: it is the
+        one that does not depend on the machine)."""
+        if self.units_left() is not None and self.units_left() <= 0:
+            return "work limit"
+        if self.seconds_left() is not None and self.seconds_left() <= 0:
+            return "time limit"
+        return None
+
+    def charge(self, units: float) -> None:
+        """Record ``units`` of deterministic work spent, here and in the parents."""
+        self.spent_units += units
+        if self.parent is not None:
+            self.parent.charge(units)
+
+    def within(self, cap_units: float | None) -> Budget:
+        """A budget for one step: at most ``cap_units`` (None: no cap of its own), inside this
+        one's work and time."""
+        return Budget(work_units=cap_units, deadline_s=self.deadline_s, parent=self)
+
+
+@dataclass
+class Solved:
+    """One solve's outcome (``solve_within``): the run holding the answer, its status, the
+    limit that stopped the search short of a proof (None when proven optimal or infeasible),
+    and the deterministic work all its runs spent."""
+
+    solver: cp_model.CpSolver
+    status: int
+    stopped_by: StoppedBy | None
+    work_units: float
 
 
 FIRST_PHASE_DETERMINISTIC_S = 1.5
@@ -80,15 +151,31 @@ def phases(experts: bool, lp_fallback: bool, first_phase_units: float | None) ->
 
 def solve(
     built: PlanModel,
-    time_limit_s: float = 60.0,
+    time_limit_s: float | None = None,
     workers: int = DEFAULT_WORKERS,
     lp_fallback: bool = True,
     first_phase_units: float | None = None,
+    work_limit: float | None = DEFAULT_WORK_UNITS,
 ) -> tuple[cp_model.CpSolver, int]:
+    """``solve_within`` a budget of ``work_limit`` deterministic units (DEFAULT_WORK_UNITS)
+    and, if set, ``time_limit_s`` wall-clock seconds; the run holding the answer, its status."""
+    solved = solve_within(
+        built, Budget.of(work_limit, time_limit_s), workers, lp_fallback, first_phase_units
+    )
+    return solved.solver, solved.status
+
+
+def solve_within(
+    built: PlanModel,
+    budget: Budget,
+    workers: int = DEFAULT_WORKERS,
+    lp_fallback: bool = True,
+    first_phase_units: float | None = None,
+) -> Solved:
     """Solve with fixed seed; one worker by default (deterministic), in phases (``phases``):
     each later one runs only if those before left the answer unproven, hinted with the best
-    solution so far, within what is left of ``time_limit_s``; the best answer found is
-    returned.
+    solution so far, within what is left of ``budget`` (each run charged to it); the best
+    answer found is returned, with the limit that stopped it if unproven.
 
     Every phase skips presolve, probing and SAT inprocessing: on these models (small,
     element-table heavy) propagation proves optimality, and presolve expands the element
@@ -97,7 +184,7 @@ def solve(
     first; GUIDED_PHASE_DETERMINISTIC_S). Then CP-SAT's own search without the LP relaxation,
     for FIRST_PHASE_DETERMINISTIC_S of work (EXPERT_FIRST_PHASE_DETERMINISTIC_S with expert
     parallelism in the space). Last, with the LP relaxation (linearization level 1) for the
-    rest of ``time_limit_s``. Propagation alone can find no useful bound on some problems
+    rest of the budget. Propagation alone can find no useful bound on some problems
     (mt-7t on the poster's system, 16,384 GPUs, bf16 gradients: gap 100 % after 60 s) that the
     LP proves in 0.15 s, while the LP always on slows others down.
 
@@ -115,24 +202,26 @@ def solve(
     propagation phase without being stuck, and the LP does not speed them up: they solve in
     one unguided phase, ``lp_fallback=False`` (benchmarks/min_hardware_latency.py: gpt3-175b
     fewest GPUs 4.5 s in one phase, 9.3 s in two)."""
-    started = time.perf_counter()
     experts = len(built.variables.domains["ep"]) > 1
-    best: tuple[cp_model.CpSolver, int] | None = None
+    best: Solved | None = None
+    spent = 0.0
     for number, phase in enumerate(phases(experts, lp_fallback, first_phase_units)):
-        left_s = time_limit_s - (time.perf_counter() - started)
-        if number and left_s <= 0:
+        if number and budget.exhausted():
             break
-        hinted = best is not None and best[1] == cp_model.FEASIBLE
+        hinted = best is not None and best.status == cp_model.FEASIBLE
         if hinted:
-            _hint(built, best[0])
-        solver, status = _run(built, max(left_s, 0.0), workers, phase)
+            _hint(built, best.solver)
+        solver, status, stopped_by = _run(built, budget, workers, phase)
+        spent += solver.deterministic_time
         if hinted:
             built.model.ClearHints()
         if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
-            return solver, status
-        if best is None or _better(solver, status, *best):
-            best = solver, status
+            return Solved(solver, status, None, spent)
+        if best is None or _better(solver, status, best.solver, best.status):
+            best = Solved(solver, status, stopped_by, spent)
+        best.stopped_by = stopped_by
     assert best is not None
+    best.work_units = spent
     return best
 
 
@@ -149,12 +238,16 @@ class PartsSolved:
     """A lower bound on the objective over the whole space: the best answer's objective when
     proven optimal."""
     models: int
-    """CP-SAT models built and solved (fewer than ``parts`` when the time ran out)."""
+    """CP-SAT models built and solved (fewer than ``parts`` when the budget ran out)."""
     parts: int
     build_s: float
     variables: int
     constraints: int
     table_entries: int
+    stopped_by: StoppedBy | None = None
+    """The limit that left the answer unproven (None when proven optimal or infeasible)."""
+    work_units: float = 0.0
+    """Deterministic work the parts' solves spent."""
 
 
 def expert_parts(space: SearchSpace) -> list[SearchSpace]:
@@ -182,27 +275,31 @@ def expert_parts(space: SearchSpace) -> list[SearchSpace]:
 def solve_parts(
     build: Callable[[SearchSpace], PlanModel],
     parts: list[SearchSpace],
-    time_limit_s: float = 60.0,
+    time_limit_s: float | None = None,
     workers: int = DEFAULT_WORKERS,
+    work_limit: float | None = DEFAULT_WORK_UNITS,
+    budget: Budget | None = None,
 ) -> PartsSolved:
     """Minimise the step objective over the union of ``parts``: each part's model (``build``)
-    is solved in turn (``solve``) within what is left of ``time_limit_s``, after the first
-    found an answer with the constraint that its objective beat the best so far, so a part
-    that cannot is refuted (infeasible) rather than searched to its own optimum. Every part's
-    objective is the same function (same time unit, same tie-break weight: the parts differ in
-    ep only, which neither depends on), so the answers compare. The whole is proven optimal
-    when every part was solved or refuted, infeasible when every part was infeasible without a
-    bound on it; ties between parts go to the first, the larger ep."""
-    started = time.perf_counter()
+    is solved in turn (``solve_within``) within what is left of ``budget`` (default:
+    ``work_limit`` units and ``time_limit_s`` seconds), after the first found an answer with
+    the constraint that its objective beat the best so far, so a part that cannot is refuted
+    (infeasible) rather than searched to its own optimum. Every part's objective is the same
+    function (same time unit, same tie-break weight: the parts differ in ep only, which neither
+    depends on), so the answers compare. The whole is proven optimal when every part was
+    solved or refuted, infeasible when every part was infeasible without a bound on it; ties
+    between parts go to the first, the larger ep."""
+    budget = budget or Budget.of(work_limit, time_limit_s)
     best: tuple[PlanModel, cp_model.CpSolver] | None = None
     last: tuple[PlanModel, cp_model.CpSolver] | None = None
     open_bounds: list[float] = []
     """Lower bounds of the parts not proven or refuted (0 for a part never started)."""
+    stopped_by: StoppedBy | None = None
     models = variables = constraints = entries = 0
-    build_s = 0.0
+    build_s = work_units = 0.0
     for part in parts:
-        left_s = time_limit_s - (time.perf_counter() - started)
-        if models and left_s <= 0:
+        if models and budget.exhausted():
+            stopped_by = budget.exhausted()
             open_bounds.append(0.0)
             continue
         building = time.perf_counter()
@@ -215,12 +312,14 @@ def solve_parts(
         variables += len(proto.variables)
         constraints += len(proto.constraints)
         entries += built.variables.tabulated
-        solver, status = solve(built, max(left_s, 0.0), workers)
-        last = built, solver
-        if status in SOLVED:
-            best = built, solver
-        if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
-            open_bounds.append(solver.BestObjectiveBound())
+        solved = solve_within(built, budget, workers)
+        work_units += solved.work_units
+        last = built, solved.solver
+        if solved.status in SOLVED:
+            best = built, solved.solver
+        if solved.status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+            open_bounds.append(solved.solver.BestObjectiveBound())
+            stopped_by = solved.stopped_by
     assert last is not None
     if best is None:
         built, solver = last
@@ -241,6 +340,8 @@ def solve_parts(
         variables=variables,
         constraints=constraints,
         table_entries=entries,
+        stopped_by=stopped_by if open_bounds else None,
+        work_units=work_units,
     )
 
 
@@ -254,15 +355,20 @@ def _better(
 
 
 def _run(
-    built: PlanModel, time_limit_s: float, workers: int, phase: Phase
-) -> tuple[cp_model.CpSolver, int]:
-    """One CP-SAT run of ``phase``; guided: first down the model's search order
-    (constraints.add_search_order), then CP-SAT's heuristics."""
+    built: PlanModel, budget: Budget, workers: int, phase: Phase
+) -> tuple[cp_model.CpSolver, int, StoppedBy]:
+    """One CP-SAT run of ``phase`` within ``budget`` (charged with its work); guided: first
+    down the model's search order (constraints.add_search_order), then CP-SAT's heuristics.
+    Returns the solver, its status and the limit that ends the run if it is not proven (the
+    wall clock where the run reached the time left, else its work limit)."""
     solver = cp_model.CpSolver()
     parameters = solver.parameters
-    parameters.max_time_in_seconds = time_limit_s
-    if phase.work_limit is not None:
-        parameters.max_deterministic_time = phase.work_limit
+    units = [u for u in (phase.work_limit, budget.units_left()) if u is not None]
+    if units:
+        parameters.max_deterministic_time = min(units)
+    seconds_left = budget.seconds_left()
+    if seconds_left is not None:
+        parameters.max_time_in_seconds = seconds_left
     parameters.num_workers = workers
     parameters.random_seed = DEFAULT_SEED
     parameters.cp_model_presolve = False
@@ -276,7 +382,9 @@ def _run(
         # Input ranges (planner.limits) keep every coefficient inside 64 bits; reaching this is
         # a bug, reported as one line rather than as a silent "unknown".
         raise InternalError(f"the CP-SAT model is invalid: {built.model.Validate()}")
-    return solver, status
+    budget.charge(solver.deterministic_time)
+    timed_out = seconds_left is not None and solver.wall_time >= seconds_left
+    return solver, status, "time limit" if timed_out else "work limit"
 
 
 def _hint(built: PlanModel, solver: cp_model.CpSolver) -> None:
@@ -293,17 +401,18 @@ def decode(built: PlanModel, solver: cp_model.CpSolver) -> Strategy:
 
 
 def minimize_then_fix(
-    built: PlanModel, quantity: cp_model.IntVar, time_limit_s: float = 60.0
-) -> tuple[int | None, cp_model.CpSolver, int]:
-    """Minimise ``quantity``; then, with it held at its minimum, minimise the step time (so the
-    strategy reported for a minimum is the fastest one that achieves it). Returns the minimum
-    (None if none), and the second solve."""
+    built: PlanModel, quantity: cp_model.IntVar, budget: Budget
+) -> tuple[int | None, bool, Solved]:
+    """Minimise ``quantity``; then, with it held at its least value found, minimise the step
+    time (so the strategy reported for a minimum is the fastest one that achieves it), both
+    within ``budget``. Returns that value (None if none was found), whether it is proven
+    minimal, and the last solve (the first one's when it found none: its status INFEASIBLE is
+    then a proof that nothing fits, anything else says only that the budget ran out)."""
     built.model.Minimize(quantity)
-    solver, status = solve(built, time_limit_s, lp_fallback=False)
-    if status not in SOLVED:
-        return None, solver, status
-    least = int(solver.Value(quantity))
+    solved = solve_within(built, budget, lp_fallback=False)
+    if solved.status not in SOLVED:
+        return None, False, solved
+    least = int(solved.solver.Value(quantity))
     built.model.Add(quantity <= least)
     built.minimize_step()
-    solver, status = solve(built, time_limit_s)
-    return least, solver, status
+    return least, solved.status == cp_model.OPTIMAL, solve_within(built, budget)

@@ -89,9 +89,9 @@ def test_phases_cut_short_hand_on_and_change_no_answer(cut, monkeypatch) -> None
     ran: list[Phase] = []
     run = solving._run
 
-    def recorded(built, time_limit_s, workers, phase):
+    def recorded(built, budget, workers, phase):
         ran.append(phase)
-        return run(built, time_limit_s, workers, phase)
+        return run(built, budget, workers, phase)
 
     monkeypatch.setattr(solving, "_run", recorded)
     monkeypatch.setattr(solving, "GUIDED_PHASE_DETERMINISTIC_S", 0.01)
@@ -216,11 +216,12 @@ def test_the_parts_statuses_combine(runs, status, bound, best, monkeypatch) -> N
         built_parts.append(build_plan_model(ctx, part))
         return built_parts[-1]
 
-    def ended(built, time_limit_s, workers):
+    def ended(built, budget, workers):
         run_status, objective, run_bound = next(answers)
-        return _Ended(objective, run_bound), run_status
+        stopped_by = None if run_status in (OK, NONE) else "work limit"
+        return solving.Solved(_Ended(objective, run_bound), run_status, stopped_by, 1.0)
 
-    monkeypatch.setattr(solving, "solve", ended)
+    monkeypatch.setattr(solving, "solve_within", ended)
     solved = solve_parts(build, parts)
     assert (solved.status, solved.bound, solved.models) == (status, bound, 3)
     assert solved.built is built_parts[best]
@@ -232,10 +233,22 @@ def test_the_parts_statuses_combine(runs, status, bound, best, monkeypatch) -> N
         assert len(proto.constraints) == plain + cutoff
 
 
-def test_parts_left_when_the_time_is_up_are_not_started(monkeypatch) -> None:
+@pytest.mark.parametrize("limit", ["work limit", "time limit"])
+def test_parts_left_when_the_budget_is_spent_are_not_started(limit, monkeypatch) -> None:
+    """The first part spends the whole budget (its work, or the wall clock passing the
+    deadline): the others are not started, and the answer is unproven, stopped by that limit."""
     ctx, space = _moe_space()
-    clock = iter([0.0, 0.0, 0.0, 5.0, 5.0, 5.0, 5.0, 5.0])
-    monkeypatch.setattr(solving.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(solving, "solve", lambda built, left, workers: (_Ended(10, 10), OK))
-    solved = solve_parts(lambda part: build_plan_model(ctx, part), expert_parts(space), 4.0)
+    now_s = [0.0]
+    monkeypatch.setattr(solving.time, "perf_counter", lambda: now_s[0])
+    budget = solving.Budget(work_units=4.0) if limit == "work limit" else solving.Budget(None, 1.0)
+
+    def spend(built, budget, workers):
+        budget.charge(4.0)
+        now_s[0] = 5.0
+        return solving.Solved(_Ended(10, 10), OK, None, 4.0)
+
+    monkeypatch.setattr(solving, "solve_within", spend)
+    build = lambda part: build_plan_model(ctx, part)  # noqa: E731
+    solved = solve_parts(build, expert_parts(space), budget=budget)
     assert (solved.status, solved.bound, solved.models, solved.parts) == (FOUND, 0.0, 1, 4)
+    assert solved.stopped_by == limit
