@@ -11,11 +11,14 @@ use are listed in ``unsupported``; they are not errors.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import hardware_catalog
+from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
 from planner.quantities import OFFLOAD_STEPS
 from planner.specs import MODEL_NAMING_FIELDS, ModelSpec, Strategy, SystemSpec
@@ -27,6 +30,9 @@ a catalog model reads as that model): every field but its naming, its sources an
 sequence, so a field added to ModelSpec takes part without being listed twice."""
 
 HOST_WORDS = ("host", "cpu", "ddr", "dram")
+MAX_WHOLE = 2**63 - 1
+"""The largest whole number a configuration may state (any field then checks its own range)."""
+Number = TypeVar("Number", int, float, int | None, float | None)
 
 
 class LaunchConfig(BaseModel):
@@ -80,10 +86,45 @@ class Parsed:
     unsupported: list[str] = field(default_factory=list)
 
 
+def shown(value: object, width: int = 60) -> str:
+    """``repr(value)``, cut to ``width`` characters with an ellipsis (a message stays one short
+    line whatever a file holds)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def positive(where: str, value: int | None) -> int | None:
     """``value`` unchanged when absent or ≥ 1; else an InputError naming ``where``."""
     if value is not None and value < 1:
         raise InputError(f"{where} = {value}: must be at least 1")
+    return value
+
+
+def in_range(where: str, value: Number, low: float, high: float) -> Number:
+    """``value`` unchanged when absent or in [``low``, ``high``] (planner.limits' physical
+    bounds); else an InputError naming ``where``, the value and the range. Readers bound a count
+    before they build anything its size (a list of pp stages, a pattern of layers)."""
+    if value is not None:
+        try:
+            lim.check_range(where, value, low, high)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+    return value
+
+
+def bounded_whole(where: str, value: int) -> int:
+    """``value`` unchanged when it fits in 64 bits (the largest count any field allows is far
+    smaller; planner.limits); else an InputError naming ``where`` with the value cut short."""
+    if abs(value) > MAX_WHOLE:
+        raise InputError(f"{where} = {shown(value)}: too large (at most {MAX_WHOLE:,})")
+    return value
+
+
+def finite(where: str, value: float | None) -> float | None:
+    """``value`` unchanged when absent or finite; else an InputError naming ``where`` (no
+    infinity or NaN from a configuration reaches the cost model)."""
+    if value is not None and not math.isfinite(value):
+        raise InputError(f"{where} = {value}: expected a finite number")
     return value
 
 
@@ -110,15 +151,17 @@ def place_on_host(parsed: Parsed, system: SystemSpec, knobs: list[str]) -> None:
             parsed.knobs[knob] = host
 
 
-def read_offload_fraction(parsed: Parsed, knob: str, value: float | None) -> bool:
-    """Read a framework's offload fraction of ``knob`` into ``<knob>_fraction``, snapped to the
-    nearest 1/8 (a note says so when it moved); False when it offloads nothing."""
+def read_offload_fraction(parsed: Parsed, knob: str, value: float | None, where: str) -> bool:
+    """Read a framework's offload fraction of ``knob`` (``where``: its flag or key, a share in
+    [0, 1]) into ``<knob>_fraction``, snapped to the nearest 1/8 (a note says so when it moved);
+    False when it offloads nothing."""
     if value is None:
         return True
+    in_range(where, value, 0, 1)
     if not value > 0:
         parsed.notes.append(f"{knob}_fraction = {value:g}: nothing offloaded")
         return False
-    eighths = min(OFFLOAD_STEPS, max(1, round(value * OFFLOAD_STEPS)))
+    eighths = max(1, round(value * OFFLOAD_STEPS))
     if eighths != value * OFFLOAD_STEPS:
         parsed.notes.append(
             f"{knob}_fraction = {value:g}: planner offloads in steps of 1/{OFFLOAD_STEPS}; "
@@ -192,6 +235,8 @@ def read_experts(
     width, ffn = found["expert_ffn_hidden"], shape.get("ffn_hidden")
     shape["expert_ffn_hidden"] = 0 if width is None or width == ffn else width
     expert_width = width or ffn
+    if width is None:
+        positive(prefix + names["ffn_hidden"], ffn)  # type: ignore[arg-type]
     if isinstance(shared, int) and shared and isinstance(expert_width, int):
         count = max(1, round(shared / expert_width))
         shape["shared_experts"] = count
@@ -202,6 +247,7 @@ def read_experts(
             )
     layers, frequency = shape.get("layers"), found["dense_layers"]
     if frequency is not None and isinstance(layers, int):
+        in_range(prefix + names["layers"], layers, 1, lim.MAX_LAYERS)
         where = prefix + names["dense_layers"]
         shape["dense_layers"] = dense_layers(frequency, layers, parsed, where)
     groups = found["expert_groups"]
@@ -234,8 +280,7 @@ def dense_layers(pattern: object, layers: int, parsed: Parsed, where: str) -> in
     as an expression (``[0]*3+[1]*58``, ``([1]*3+[0])*4``, Megatron-LM's command line), read
     with a small safe evaluator (lists, ints, + and *), never ``eval``. Dense blocks that do not
     all come first are costed as if they did (a note says so)."""
-    shown = repr(pattern) if len(repr(pattern)) <= 60 else repr(pattern)[:57] + "..."
-    where = f"{where} = {shown}"
+    where = f"{where} = {shown(pattern)}"
     if isinstance(pattern, str):
         try:
             pattern = _layer_pattern(ast.parse(pattern.strip(), mode="eval").body, layers)
@@ -334,8 +379,8 @@ def settle(
         raise InputError(f"--gpus = {gpus} contradicts the {where}: {parsed.gpus_from}")
     gpus = gpus if gpus is not None else parsed.gpus
     knobs = dict(parsed.knobs)
-    for knob in ("tp", "cp", "pp"):
-        positive(f"the {where}'s {knob}", knobs.get(knob))
+    for knob, high in (("tp", lim.MAX_GPUS), ("cp", lim.MAX_GPUS), ("pp", lim.MAX_LAYERS)):
+        in_range(f"the {where}'s {knob}", knobs.get(knob), 1, high)
     if parsed.layers_per_virtual_stage is not None:
         knobs["interleave"] = _interleave(parsed, model.layers, int(knobs.get("pp", 1)))
     tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))

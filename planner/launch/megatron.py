@@ -61,20 +61,25 @@ Mapping (planner knob ↔ flags):
 
 from __future__ import annotations
 
-import math
+import re
 import shlex
 
+from planner import limits as lim
 from planner.errors import InputError
 from planner.launch.common import (
     EXPERT_COUNTS,
     LaunchConfig,
     Parsed,
+    bounded_whole,
+    finite,
     host_offloads,
+    in_range,
     place_on_host,
     positive,
     read_experts,
     read_latent_attention,
     read_offload_fraction,
+    shown,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -330,11 +335,38 @@ def _offload_flags(
     return flags, notes
 
 
+_WORD = r"""(?:[^\s'"\\#]+|\\.|'[^']*'|"[^"\\]*(?:\\.[^"\\]*)*")+"""
+_SCAN = re.compile(rf"\s*(?:\#[^\n]*|({_WORD}))?", re.DOTALL)
+"""Blanks, then a comment (``#`` to the end of the line) or a word of unquoted characters,
+backslash escapes and quoted strings: matched in time linear in the text (shlex builds a word
+one character at a time, quadratic in its length)."""
+_QUOTED = re.compile(r'''\\(.)|'([^']*)'|"([^"\\]*(?:\\.[^"\\]*)*)"''', re.DOTALL)
+_DOUBLE_QUOTED_ESCAPE = re.compile(r'\\([\\"])')
+_QUOTING = re.compile(r"""['"\\]""")
+
+
 def _tokens(text: str) -> list[str]:
-    try:
-        return shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as error:
-        raise InputError(f"megatron arguments: cannot split into words ({error})") from None
+    """The words of a command line as ``shlex.split(text, comments=True)`` gives them (POSIX
+    quoting: within double quotes a backslash escapes only ``"`` and ``\\``; an unquoted ``#``
+    ends the word and comments out the rest of the line), a backslash-newline joining lines.
+    What the scan cannot take (an unclosed quote, a trailing backslash) is left over by it."""
+    text = text.replace("\\\n", " ")
+    if _SCAN.sub("", text).strip():
+        raise InputError(
+            "megatron arguments: cannot split into words (an unclosed quote or a trailing "
+            "backslash)"
+        )
+    return [_QUOTED.sub(_unquote, word) if _QUOTING.search(word) else word
+            for word in _SCAN.findall(text) if word]  # fmt: skip
+
+
+def _unquote(piece: re.Match[str]) -> str:
+    escaped, single, double = piece.groups()
+    if escaped is not None:
+        return escaped
+    if single is not None:
+        return single
+    return _DOUBLE_QUOTED_ESCAPE.sub(r"\1", double)
 
 
 def _flags(tokens: list[str]) -> dict[str, list[str]]:
@@ -374,25 +406,31 @@ class _Args:
         if value is None:
             return default
         try:
-            return int(value)
+            number = int(value)
         except ValueError:
             raise InputError(
-                f"megatron argument {name} = {value!r}: expected a whole number"
+                f"megatron argument {name} = {shown(value)}: expected a whole number"
             ) from None
+        return bounded_whole(f"megatron argument {name}", number)
 
     def number(self, name: str) -> float | None:
         value = self.text(name)
         if value is None:
             return None
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
-            raise InputError(f"megatron argument {name} = {value!r}: expected a number") from None
+            raise InputError(
+                f"megatron argument {name} = {shown(value)}: expected a number"
+            ) from None
+        return finite(f"megatron argument {name}", number)
 
     def choice(self, name: str, allowed: tuple[str, ...]) -> str | None:
         value = self.text(name)
         if value is not None and value not in allowed:
-            raise InputError(f"megatron argument {name} = {value!r}: allowed: {', '.join(allowed)}")
+            raise InputError(
+                f"megatron argument {name} = {shown(value)}: allowed: {', '.join(allowed)}"
+            )
         return value
 
 
@@ -494,7 +532,8 @@ def _read_offload(args: _Args, parsed: Parsed, system: SystemSpec) -> None:
             wanted.append("offload_weights")
     if args.has(FLAGS["offload_optimizer"]):
         args.has("--use-precision-aware-optimizer")
-        if read_offload_fraction(parsed, "offload_optimizer", args.number(FRACTION_FLAG)):
+        fraction, where = args.number(FRACTION_FLAG), f"megatron argument {FRACTION_FLAG}"
+        if read_offload_fraction(parsed, "offload_optimizer", fraction, where):
             wanted.append("offload_optimizer")
     place_on_host(parsed, system, wanted)
 
@@ -536,7 +575,7 @@ def _read_shape(args: _Args, parsed: Parsed, tp: int) -> None:
         if value is not None:
             shape[knob] = value
     gqa = args.has("--group-query-attention")
-    groups = args.whole(FLAGS["kv_heads"])
+    groups = positive(f"megatron argument {FLAGS['kv_heads']}", args.whole(FLAGS["kv_heads"]))
     if groups is not None and (gqa or groups != shape.get("heads")):
         shape["kv_heads"] = groups
     head_dim = args.whole(FLAGS["head_dim"])
@@ -547,7 +586,7 @@ def _read_shape(args: _Args, parsed: Parsed, tp: int) -> None:
     hidden = shape.get("hidden")
     if "ffn_hidden" not in shape and isinstance(hidden, int):
         # Megatron-Core's default: 4h, or 2/3 of it rounded down to a multiple of 64 for SwiGLU.
-        shape["ffn_hidden"] = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
+        shape["ffn_hidden"] = 8 * hidden // 3 // 64 * 64 if swiglu else 4 * hidden
     shape["tied_embeddings"] = not args.has(FLAGS["tied_embeddings"])
     dropouts = [args.number("--hidden-dropout"), args.number("--attention-dropout")]
     shape["dropout"] = not all(value == 0 for value in dropouts)
@@ -596,7 +635,7 @@ def _vocab(args: _Args, tp: int) -> int | None:
         "megatron argument --make-vocab-size-divisible-by",
         args.whole("--make-vocab-size-divisible-by", 128),
     )
-    size = args.whole("--vocab-size")
+    size = in_range("megatron argument --vocab-size", args.whole("--vocab-size"), 1, lim.MAX_VOCAB)
     tokenizer = args.text("--tokenizer-type")
     if size is None and (args.has("--vocab-file") or tokenizer == "GPT2BPETokenizer"):
         size = GPT2_BPE_VOCAB
@@ -604,4 +643,4 @@ def _vocab(args: _Args, tp: int) -> int | None:
     if size is None:
         return None
     multiple = (divisible or 1) * max(tp, 1)
-    return math.ceil(size / multiple) * multiple
+    return -(-size // multiple) * multiple

@@ -49,12 +49,15 @@ from planner.launch.common import (
     EXPERT_COUNTS,
     LaunchConfig,
     Parsed,
+    bounded_whole,
+    finite,
     host_offloads,
     place_on_host,
     positive,
     read_experts,
     read_latent_attention,
     read_offload_fraction,
+    shown,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -138,6 +141,9 @@ RECIPES = {
 """Planner catalog models ↔ NeMo recipe factories of the same shape."""
 
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+MAX_DEPTH = 8
+"""Levels of nesting read as dotted keys (the recipe keys have at most four)."""
+KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
 MISSING_HINT = {knob: KEYS[knob] for knob in ("hidden", "layers", "heads", "ffn_hidden", "vocab")}
 
 
@@ -292,12 +298,19 @@ def _nest(values: dict[str, object]) -> dict[str, object]:
     return nested
 
 
-def _flatten(data: object, prefix: str = "") -> dict[str, object]:
-    if not isinstance(data, dict):
-        return {prefix: data}
+def _flatten(data: dict[object, object]) -> dict[str, object]:
+    """Dotted key → value of a nested mapping, down to MAX_DEPTH levels (a mapping deeper, or an
+    empty one, is a value); iterative, so a deeply nested file costs neither recursion nor
+    keys that grow with the depth."""
     flat: dict[str, object] = {}
-    for key, value in data.items():
-        flat |= _flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}")
+    stack: list[tuple[str, int, dict[object, object]]] = [("", 1, data)]
+    while stack:
+        prefix, depth, node = stack.pop()
+        for key, value in node.items():
+            if isinstance(value, dict) and value and depth < MAX_DEPTH:
+                stack.append((f"{prefix}{key}.", depth + 1, value))
+            else:
+                flat[f"{prefix}{key}"] = value
     return flat
 
 
@@ -307,27 +320,40 @@ class _Keys:
     def __init__(self, flat: dict[str, object]) -> None:
         self.flat = flat
         self.read: set[str] = set()
+        self.parents = {
+            ".".join(parts[:end]) for parts in (key.split(".") for key in flat)
+            for end in range(1, len(parts))
+        }  # fmt: skip
+        """Every dotted prefix of a key: a recipe key among them holds a mapping."""
 
     def get(self, knob: str, kind: type, default: Any = None) -> Any:
         key = KEYS[knob]
         self.read.add(key)
         value = self.flat.get(key)
+        if key in self.parents or isinstance(value, dict):
+            raise InputError(f"nemo key {key}: a mapping, expected {KINDS[kind]}")
         if value is None:
             return default
         if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise InputError(f"nemo key {key} = {value!r}: expected a whole number")
+            raise InputError(f"nemo key {key} = {shown(value)}: expected a whole number")
+        if kind is int:
+            bounded_whole(f"nemo key {key}", value)
         if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise InputError(f"nemo key {key} = {value!r}: expected a number")
+            raise InputError(f"nemo key {key} = {shown(value)}: expected a number")
+        if kind is float:
+            finite(f"nemo key {key}", value)
         if kind is bool and not isinstance(value, bool):
-            raise InputError(f"nemo key {key} = {value!r}: expected true or false")
+            raise InputError(f"nemo key {key} = {shown(value)}: expected true or false")
         if kind is str and not isinstance(value, str):
-            raise InputError(f"nemo key {key} = {value!r}: expected a string")
+            raise InputError(f"nemo key {key} = {shown(value)}: expected a string")
         return value
 
     def choice(self, knob: str, allowed: tuple[str, ...]) -> str | None:
         value = self.get(knob, str)
         if value is not None and value not in allowed:
-            raise InputError(f"nemo key {KEYS[knob]} = {value!r}: allowed: {', '.join(allowed)}")
+            raise InputError(
+                f"nemo key {KEYS[knob]} = {shown(value)}: allowed: {', '.join(allowed)}"
+            )
         return value
 
 
@@ -338,6 +364,8 @@ def read(text: str, system: SystemSpec) -> Parsed:
     except yaml.YAMLError as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InputError(f"nemo recipe: not valid YAML ({first})") from None
+    except RecursionError:
+        raise InputError("nemo recipe: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputError("nemo recipe: expected a mapping of recipe keys at the top")
     if _node_count(data, MAX_SPEC_NODES) > MAX_SPEC_NODES:
@@ -412,7 +440,8 @@ def _read_offload(keys: _Keys, parsed: Parsed, system: SystemSpec) -> None:
         keys.get("precision_aware", bool)
         # Megatron-Core's OptimizerConfig offloads none of it unless the fraction is set.
         fraction = keys.get("offload_optimizer_fraction", float, 0.0)
-        if read_offload_fraction(parsed, "offload_optimizer", fraction):
+        where = f"nemo key {KEYS['offload_optimizer_fraction']}"
+        if read_offload_fraction(parsed, "offload_optimizer", fraction, where):
             wanted.append("offload_optimizer")
     place_on_host(parsed, system, wanted)
 

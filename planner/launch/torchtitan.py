@@ -38,6 +38,7 @@ import tomllib
 from typing import Any
 
 import hardware_catalog
+from planner import limits as lim
 from planner.errors import InputError
 from planner.launch.common import (
     SHAPE_FIELDS,
@@ -45,7 +46,9 @@ from planner.launch.common import (
     Parsed,
     host_offloads,
     host_tier,
+    in_range,
     positive,
+    shown,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -268,7 +271,7 @@ class _Keys:
         wrong = isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)
         if wrong:
             names = {int: "a whole number", bool: "true or false", str: "a string", list: "a list"}
-            raise InputError(f"torchtitan key {key} = {value!r}: expected {names[kind]}")
+            raise InputError(f"torchtitan key {key} = {shown(value)}: expected {names[kind]}")
         return value
 
 
@@ -278,9 +281,12 @@ def read(text: str, system: SystemSpec) -> Parsed:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"torchtitan job config: not valid TOML ({error})") from None
+    except RecursionError:
+        raise InputError("torchtitan job config: nested too deeply") from None
     keys = _Keys(data)
     parsed = Parsed(fmt=FORMAT)
-    tp, pp = keys.get("tp", int, 1), keys.get("pp", int, 1)
+    tp = in_range(f"torchtitan key {KEYS['tp']}", keys.get("tp", int, 1), 1, lim.MAX_GPUS)
+    pp = in_range(f"torchtitan key {KEYS['pp']}", keys.get("pp", int, 1), 1, lim.MAX_LAYERS)
     parsed.knobs = {
         "tp": tp,
         "pp": pp,
@@ -388,7 +394,7 @@ def _read_data_parallel(keys: _Keys, parsed: Parsed) -> None:
     reshard = keys.get("reshard", str, "default")
     if reshard not in ("default", "always", "never"):
         raise InputError(
-            f"torchtitan key {KEYS['reshard']} = {reshard!r}: allowed: default, always, never"
+            f"torchtitan key {KEYS['reshard']} = {shown(reshard)}: allowed: default, always, never"
         )
     if shard == 1:
         parsed.knobs["zero_stage"] = 0
@@ -440,7 +446,7 @@ def _read_recompute(keys: _Keys, parsed: Parsed) -> None:
     option = keys.get("selective_option", str, "2")
     if mode not in ("none", "selective", "full", "memory_budget"):
         raise InputError(
-            f"torchtitan key {KEYS['recompute']} = {mode!r}: allowed: none, selective, full, "
+            f"torchtitan key {KEYS['recompute']} = {shown(mode)}: allowed: none, selective, full, "
             "memory_budget"
         )
     if mode == "memory_budget":
@@ -461,7 +467,7 @@ def _read_job(keys: _Keys, parsed: Parsed) -> None:
         parsed.notes.append("precision: mixed_precision_param float32 is costed as bf16")
     reduce = keys.get("grad_dtype", str, "float32")
     if reduce != "float32":
-        raise InputError(f"torchtitan key {KEYS['grad_dtype']} = {reduce!r}: allowed: float32")
+        raise InputError(f"torchtitan key {KEYS['grad_dtype']} = {shown(reduce)}: allowed: float32")
     parsed.job["grad_dtype"] = "fp32"
 
 
