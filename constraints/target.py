@@ -12,12 +12,31 @@ from dataclasses import dataclass
 
 from constraints.objective import StepVariables
 from constraints.variables import LOG_SCALE, Variables
+from planner import limits as lim
+from planner.errors import InputError
 
 
 @dataclass(frozen=True)
 class PerformanceTarget:
+    """A goal on a plan: its step time at most ``max_step_s`` (in [limits.MIN_STEP_TIME_S,
+    MAX_STEP_TIME_S]), its MFU at least ``min_mfu`` (in [limits.MIN_MFU, 1]); None: no bound."""
+
     max_step_s: float | None = None
     min_mfu: float | None = None
+
+    def __post_init__(self) -> None:
+        bounds = {
+            "max_step_s": ("--max-step-time", lim.MIN_STEP_TIME_S, lim.MAX_STEP_TIME_S),
+            "min_mfu": ("--min-mfu", lim.MIN_MFU, 1.0),
+        }
+        for name, (flag, low, high) in bounds.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:
+                lim.check_range(flag, value, low, high)
+            except (ValueError, TypeError) as error:
+                raise InputError(str(error)) from None
 
     def describe(self) -> str:
         parts = []

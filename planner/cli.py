@@ -170,7 +170,7 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
     )
     parser.add_argument(
         "--train-tokens",
-        type=_number(0, lim.MAX_TRAIN_TOKENS),
+        type=_number(lim.MIN_TRAIN_TOKENS, lim.MAX_TRAIN_TOKENS, low_open=False),
         help="token budget: report time and GPU-hours to train it",
     )
     parser.add_argument(
@@ -244,12 +244,15 @@ def _overrides_payload(args: argparse.Namespace) -> dict[str, float]:
 def _add_target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-step-time",
-        type=_number(0, lim.MAX_STEP_TIME_S),
+        type=_number(lim.MIN_STEP_TIME_S, lim.MAX_STEP_TIME_S, low_open=False),
         metavar="S",
         help="performance target: step time at most S seconds",
     )
     parser.add_argument(
-        "--min-mfu", type=_fraction, metavar="F", help="performance target: MFU at least F (0-1)"
+        "--min-mfu",
+        type=_number(lim.MIN_MFU, 1, low_open=False),
+        metavar="F",
+        help="performance target: MFU at least F (0-1)",
     )
 
 
@@ -450,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(hardware_cmd)
     hardware_cmd.add_argument(
         "--max-days",
-        type=_number(0, lim.MAX_DAYS),
+        type=_number(lim.MIN_DAYS, lim.MAX_DAYS, low_open=False),
         metavar="D",
         help="goal: train --train-tokens within D days",
     )
@@ -461,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hardware_cmd.add_argument(
         "--bandwidth-range",
-        type=_number(0, lim.MAX_BANDWIDTH_GBPS),
+        type=_number(lim.MIN_BANDWIDTH_GBPS, lim.MAX_BANDWIDTH_GBPS, low_open=False),
         nargs=2,
         metavar=("LOW", "HIGH"),
         help="GB/s range of a bandwidth grid (default: current/64 .. ×16)",
@@ -472,7 +475,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="also trace the Pareto front against this quantity",
     )
     hardware_cmd.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE")
-    hardware_cmd.add_argument("--time-limit", type=_seconds, default=60.0)
+    hardware_cmd.add_argument(
+        "--time-limit",
+        type=_seconds,
+        default=None,
+        help="a wall-clock limit in seconds on the whole query, --sweep included (default: "
+        "none; answers then depend on the machine's load); alone, it replaces the work limit",
+    )
+    hardware_cmd.add_argument(
+        "--work-limit",
+        type=_number(0, lim.MAX_WORK_UNITS),
+        default=None,
+        metavar="UNITS",
+        help="a limit on the whole query's work in CP-SAT deterministic units, --sweep included "
+        f"(default {lim.DEFAULT_WORK_UNITS:g}; the same answer on any machine under any load)",
+    )
 
     sweep_cmd = commands.add_parser("sweep", help="run a study file: many plans at once")
     sweep_cmd.add_argument("study", help="YAML/JSON study file")
@@ -876,8 +893,19 @@ def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
         deadline = (
             args.max_days * 86400 * job.global_batch * args.seq_len_resolved / (job.train_tokens)
         )
+        if not lim.MIN_STEP_TIME_S <= deadline <= lim.MAX_STEP_TIME_S:
+            raise InputError(
+                f"--max-days = {args.max_days:g} with --train-tokens = {job.train_tokens:g}: a "
+                f"step-time bound of {deadline:g} s; allowed range is [{lim.MIN_STEP_TIME_S:g}, "
+                f"{lim.MAX_STEP_TIME_S:g}] s"
+            )
         step = min(step, deadline) if step else deadline
     return PerformanceTarget(max_step_s=step, min_mfu=args.min_mfu)
+
+
+def _left(limit: float | None, spent: float) -> float | None:
+    """What is left of ``limit`` after ``spent`` (None: no limit)."""
+    return None if limit is None else limit - spent
 
 
 def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
@@ -897,10 +925,27 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
         pins=pins,
         max_gpus=args.max_gpus,
         bandwidth_range_gbps=tuple(args.bandwidth_range) if args.bandwidth_range else None,
-        time_limit_s=args.time_limit,
     )
-    result = min_hardware(model, system, job, args.minimize, **common)
-    front = pareto(model, system, job, args.minimize, args.sweep, **common) if args.sweep else None
+    work_limit = _work_limit(args)
+    result = min_hardware(
+        model,
+        system,
+        job,
+        args.minimize,
+        time_limit_s=args.time_limit,
+        work_limit=work_limit,
+        **common,
+    )
+    front = None
+    if args.sweep:  # within what the query left of the limits (none left: an empty front)
+        left = {
+            "time_limit_s": _left(args.time_limit, result.wall_time_s),
+            "work_limit": _left(work_limit, result.work_units),
+        }
+        spent = any(value is not None and value <= 0 for value in left.values())
+        front = (
+            [] if spent else pareto(model, system, job, args.minimize, args.sweep, **left, **common)
+        )
     if args.json:
         payload = {
             "model": model.name,
@@ -910,6 +955,8 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
             "goal": result.goal,
             "status": result.status,
             "wall_time_s": result.wall_time_s,
+            "work_units": result.work_units,
+            "stopped_by": result.stopped_by,
         }
         if result.minimum is not None:
             minimum = result.minimum
@@ -918,6 +965,8 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
                 "value": minimum.value,
                 "unit": minimum.unit,
                 "proven": minimum.proven,
+                "evidence": minimum.evidence,
+                "unrefuted": minimum.unrefuted,
                 "strategy": minimum.strategy.model_dump(mode="json"),
                 "estimate": minimum.estimate.model_dump(mode="json"),
                 "below": {

@@ -68,10 +68,24 @@ MIN_DP_BUCKET_PARAMS = 1e4
 step would pay a ring latency per few kilobytes."""
 MAX_TRAIN_TOKENS = 1e18
 """Token budget; the largest published budgets are ~3·10^13 (36T tokens)."""
+MIN_TRAIN_TOKENS = 1.0
+"""A token budget of less than one token is no budget (1e-300 overflowed a deadline's bound)."""
 MAX_STEP_TIME_S = 1e9
 """Performance target: ~32 years per step."""
+MIN_STEP_TIME_S = 1e-6
+"""Performance target: a microsecond per step, far below any training step (a kernel launch
+takes several); subnormal bounds made the fewest-GPUs bound model FLOPs / (peak · bound)
+overflow."""
+MIN_MFU = 1e-4
+"""Performance target: an MFU of at least 0.01 %; smaller ones made the step · GPUs budget
+model FLOPs / (peak · MFU) overflow."""
 MAX_DAYS = 1e5
 """Deadline for a token budget: ~274 years."""
+MIN_DAYS = 1e-3
+"""Deadline for a token budget: 86.4 s."""
+MAX_BANDWIDTH_SPAN = 1024.0
+"""HIGH / LOW of a minimum-bandwidth query's grid (--bandwidth-range): 81 levels at 8 per
+doubling, the default span (current / 64 to × 16); a wider grid's tables outgrow the model."""
 MAX_TIME_LIMIT_S = 86400.0
 """Solver time limit: one day."""
 MAX_WORK_UNITS = 86400.0

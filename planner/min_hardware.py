@@ -1,17 +1,18 @@
 """Minimum-hardware queries: the least hardware that meets a goal, proven minimal.
 
-The quantity is a decision variable of one CP-SAT model, with every cost term that depends on it
+The fewest GPUs are searched count by count, each count planned by ``plan`` itself (so over
+exactly plan's space: its stage layouts, cp, ep, offload shares, partial recompute and caps),
+from a lower bound that the cost model proves (_Query.fewest_gpus, gpu_floor). Every other
+quantity is a decision variable of one CP-SAT model, with every cost term that depends on it
 tabulated with it (DESIGN.md §5):
 
-- ``gpus``: tp·cp·pp·dp free (whole nodes, up to the system's maximum or ``max_gpus``), minimised
-  through a linear log objective;
 - ``hbm`` / ``offload-capacity``: the memory a strategy needs per GPU, a variable bounded by
   the fit family, which the query drops and minimises instead (reported on a 0.1 GiB / 1 GiB
   grid);
 - ``offload-bandwidth`` / ``scale-out-bandwidth``: a one-hot over a geometric grid of bandwidths
   (the offload, DP/PP and optimizer tables get one more axis), minimised by grid index;
 - ``cost``: GPUs × step time (GPU-hours per step, times the system's price), with the GPU count
-  free.
+  free (tp·cp·pp·dp, whole nodes, up to the system's maximum or ``max_gpus``).
 
 Goals: a maximum step time, a minimum MFU, a token budget by a deadline (a step-time bound), or
 just "fits". The answer comes with the strategy that achieves it and the evidence of minimality:
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -35,14 +36,16 @@ from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
 from planner import limits as lim
 from planner.api import as_model, as_system, evaluate
+from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.flops import model_flops_per_step
 from planner.diagnosis import Diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate
-from planner.plan import Plan, plan
+from planner.plan import Plan, check_limits, plan
 from planner.quantities import QUANTITIES
 from planner.search_space import SearchSpace, build_search_space
-from planner.solving import SOLVED, decode, solve
+from planner.solving import SOLVED, Budget, StoppedBy, decode, solve_within
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 Quantity = Literal[
@@ -67,6 +70,90 @@ class Minimum(BaseModel):
     """One grid step below the minimum (None when the minimum is the domain's smallest)."""
     below_status: str | None
     below_diagnosis: Diagnosis | None
+    evidence: str | None = None
+    """How every smaller value was ruled out, in words (fewest GPUs: Refutations.describe)."""
+    unrefuted: list[int] = []
+    """Smaller GPU counts whose plan ran out of budget: neither found nor refuted, so the
+    minimum is not proven."""
+
+
+GPU_CANDIDATE_PLANS = 256
+"""The most GPU counts a fewest-GPUs query plans (a count of plans: deterministic); past it the
+answer is unknown. gpt3-175b at step ≤ 10 s plans 5 counts (the floor is 530 GPUs, the answer
+704), llama3-405b at 15T tokens in 60 days 7 (floor 11,713, answer 20,480: 1,089 of the node
+multiples between have no tp·cp·pp·dp)."""
+FLOOR_MARGIN = 1e-2
+"""The compute floor is lowered by 1 %: plan's integer tables round each term to its time
+unit (< 0.1 % of the step, DESIGN.md §5), so plan may accept a count a hair under the exact
+floor."""
+
+
+def gpu_seconds_floor(ctx: CostContext, space: SearchSpace) -> float:
+    """A lower bound of GPUs × step time over every strategy of ``space``'s domains, from the
+    cost model's own block times (planner.cost.step):
+
+        step ≥ n · T ≥ n · (L · (fwd + bwd) + head) / p,   n = B / (d · b)
+        ⇒ N · step ≥ B · t · cp · (L · (fwd + bwd)(t, cp, b, sp, ep) + head(t, cp, b)) / b
+
+    since T is the slowest stage's time per micro-batch, at least the mean over the p stages,
+    and every other term of a stage (recompute, TP/CP/EP/offload exposure, PP messages, the
+    bubble, DP exposure, the optimizer step) is non-negative. The minimum is taken over tp,
+    cp, micro-batch, sequence parallelism and ep: the product of at most a few hundred values."""
+    domains = space.domains
+    tp, cp, mb, sp, ep = np.meshgrid(
+        *(
+            np.asarray(domains[knob], dtype=float)
+            for knob in ("tp", "cp", "micro_batch", "sequence_parallel", "ep")
+        ),
+        indexing="ij",
+    )
+    times = block_times(ctx, tp, mb, 0, sp, cp, ep)
+    per_micro_batch_s = ctx.model.layers * (times.forward_s + times.backward_s)
+    per_micro_batch_s = per_micro_batch_s + lm_head_time_s(ctx, tp, mb, cp)
+    return float(np.min(ctx.job.global_batch * tp * cp * per_micro_batch_s / mb))
+
+
+def gpu_floor(ctx: CostContext, space: SearchSpace, target: PerformanceTarget) -> float | None:
+    """The fewest GPUs the goal allows by compute alone (gpu_seconds_floor, lowered by
+    FLOOR_MARGIN), or None where the MFU goal is above what compute alone reaches at any
+    count: a step-time bound S needs N ≥ floor / S; an MFU bound m needs N · step ≤ model
+    FLOPs / (peak · m), independent of N."""
+    least_s = gpu_seconds_floor(ctx, space) * (1 - FLOOR_MARGIN)
+    mfu = target.min_mfu
+    if mfu is not None and least_s > model_flops_per_step(ctx) / (ctx.peak_flops * mfu):
+        return None
+    if target.max_step_s is None:
+        return 1.0
+    return max(1.0, least_s / target.max_step_s)
+
+
+@dataclass
+class Refutations:
+    """How a fewest-GPUs query ruled out the node multiples below its answer."""
+
+    floor: float
+    """The compute floor (gpu_floor): no count below it meets the goal."""
+    multiple: int
+    unfactorable: int = 0
+    """Counts no tp·cp·pp·dp of plan's space multiplies to."""
+    plans: int = 0
+    """Counts planned (the answer's included)."""
+    unrefuted: list[int] = field(default_factory=list)
+    """Counts whose plan ran out of budget without a strategy or a proof."""
+    stopped_at: int | None = None
+    """The first count not searched, when the plan budget or the time limit ran out."""
+
+    def describe(self, answer: int) -> str:
+        """The evidence for ``answer`` in words."""
+        first = max(1, math.ceil(self.floor / self.multiple)) * self.multiple
+        parts = [f"below {first:,} by the compute floor ({self.floor:,.0f} GPUs)"]
+        if self.unfactorable:
+            parts.append(f"{self.unfactorable} with no tp·cp·pp·dp of that product")
+        refuted = self.plans - 1 - len(self.unrefuted)
+        parts.append(f"{refuted} by plan (infeasible under the goal)")
+        if self.unrefuted:
+            parts.append(f"{len(self.unrefuted)} unknown (plan ran out of budget)")
+        return f"multiples of {self.multiple} below {answer:,}: " + ", ".join(parts)
 
 
 class Unreachable(BaseModel):
@@ -88,6 +175,10 @@ class MinHardwareResult(BaseModel):
     unreachable: Unreachable | None = None
     """Set when the status is infeasible because of the goal (see Unreachable)."""
     wall_time_s: float
+    work_units: float = 0.0
+    """CP-SAT deterministic work the query's solves spent."""
+    stopped_by: StoppedBy | None = None
+    """The limit that had run out when the query ended (None: neither)."""
     goal: str
     domain: str
     """The hardware values searched, in words."""
@@ -99,6 +190,17 @@ def bandwidth_grid(low_gbps: float, high_gbps: float) -> tuple[float, ...]:
     return tuple(
         float(f"{low_gbps * 2 ** (i / BANDWIDTH_STEPS_PER_DOUBLING):.4g}") for i in range(steps + 1)
     )
+
+
+def check_bandwidth_range(low_gbps: float, high_gbps: float) -> None:
+    """Refuse a bandwidth grid's range unless limits.MIN_BANDWIDTH_GBPS ≤ LOW < HIGH ≤
+    min(limits.MAX_BANDWIDTH_GBPS, LOW · limits.MAX_BANDWIDTH_SPAN), in one line."""
+    high_allowed = min(lim.MAX_BANDWIDTH_GBPS, low_gbps * lim.MAX_BANDWIDTH_SPAN)
+    if not (lim.MIN_BANDWIDTH_GBPS <= low_gbps < high_gbps <= high_allowed):
+        raise InputError(
+            f"--bandwidth-range = {low_gbps:g} {high_gbps:g}: allowed {lim.MIN_BANDWIDTH_GBPS:g} "
+            f"≤ LOW < HIGH ≤ min({lim.MAX_BANDWIDTH_GBPS:g}, {lim.MAX_BANDWIDTH_SPAN:g} × LOW) GB/s"
+        )
 
 
 def with_bandwidth_levels(
@@ -120,13 +222,17 @@ def min_hardware(
     pins: dict[str, int] | None = None,
     max_gpus: int | None = None,
     bandwidth_range_gbps: tuple[float, float] | None = None,
-    time_limit_s: float = 60.0,
+    time_limit_s: float | None = None,
+    work_limit: float | None = lim.DEFAULT_WORK_UNITS,
     max_micro_batch: int = 64,
     max_interleave: int | None = None,
     max_cp: int | None = None,
 ) -> MinHardwareResult:
-    """The least ``quantity`` that meets ``target`` (see the module docstring)."""
+    """The least ``quantity`` that meets ``target`` (see the module docstring), within
+    ``work_limit`` deterministic units and, if set, ``time_limit_s`` seconds, shared by every
+    solve of the query (MinHardwareResult.work_units says what it spent)."""
     started = time.perf_counter()
+    check_limits(time_limit_s, work_limit)
     model_spec, system_spec = as_model(model), as_system(system)
     if quantity not in QUANTITIES:
         raise InputError(f"--minimize {quantity!r}: allowed: {', '.join(QUANTITIES)}")
@@ -137,14 +243,8 @@ def min_hardware(
         "max_interleave": max_interleave,
         "max_cp": max_cp,
     }
-    if (
-        bandwidth_range_gbps is not None
-        and not 0 < bandwidth_range_gbps[0] < bandwidth_range_gbps[1]
-    ):
-        raise InputError(
-            f"--bandwidth-range {bandwidth_range_gbps[0]:g} "
-            f"{bandwidth_range_gbps[1]:g}: needs 0 < LOW < HIGH"
-        )
+    if bandwidth_range_gbps is not None:
+        check_bandwidth_range(*bandwidth_range_gbps)
     query = _Query(
         model_spec,
         system_spec,
@@ -154,7 +254,7 @@ def min_hardware(
         target,
         pins,
         limits,
-        time_limit_s,
+        Budget.of(work_limit, time_limit_s),
         max_gpus,
         bandwidth_range_gbps,
     )
@@ -166,6 +266,8 @@ def min_hardware(
         diagnosis=found[2],
         unreachable=query.unreachable,
         wall_time_s=time.perf_counter() - started,
+        work_units=query.budget.spent_units,
+        stopped_by=query.budget.exhausted(),
         goal=target.describe() if _has_goal(target) else "fits",
     )
 
@@ -186,11 +288,14 @@ class _Query:
     target: PerformanceTarget
     pins: dict[str, int]
     limits: dict[str, int | None]
-    time_limit_s: float
+    budget: Budget
+    """What the query's solves may still spend, shared by all of them."""
     max_gpus: int | None
     bandwidth_range: tuple[float, float] | None
     unreachable: Unreachable | None = None
     """Set by ``infeasible`` when the goal is what no hardware in the domain meets."""
+    refutations: Refutations | None = None
+    """How a fewest-GPUs query ruled out the counts it searched (fewest_gpus)."""
 
     def __post_init__(self) -> None:
         model, system, quantity, gpus = self.model, self.system, self.quantity, self.gpus
@@ -206,42 +311,61 @@ class _Query:
             raise InputError(f"--minimize cost: system {system.name!r} has no gpu_hour_usd")
 
     def gpu_bound(self) -> int:
+        """The largest GPU count searched: --max-gpus, else the system's, else the most any
+        strategy can use (scale-up domain × layers × batch), at most limits.MAX_GPUS."""
         system = self.system
-        return (
+        return min(
             self.max_gpus
             or system.max_gpus
-            or min(system.scale_up_gpus * self.model.layers * self.job.global_batch, lim.MAX_GPUS)
+            or system.scale_up_gpus * self.model.layers * self.job.global_batch,
+            lim.MAX_GPUS,
         )
 
     def domain(self) -> str:
         if self.quantity in ("gpus", "cost"):
-            return (
+            searched = (
                 f"GPU counts that are multiples of {self.system.gpus_per_node}, up to "
                 f"{self.gpu_bound():,}"
             )
+            found = self.refutations
+            if found is not None and found.stopped_at is not None:
+                searched += f"; stopped at {found.stopped_at:,} after {found.plans} plans"
+            return searched
         if self.quantity in ("hbm", "offload-capacity"):
             step = HBM_STEP_GIB if self.quantity == "hbm" else OFFLOAD_STEP_GIB
             return f"capacities in steps of {step:g} GiB, up to 64 TiB per GPU"
         return "a geometric bandwidth grid, 8 steps per doubling"
 
     def plan_at(
-        self, system: SystemSpec | None = None, gpus: int | None = None, diagnose: bool = False
+        self,
+        system: SystemSpec | None = None,
+        gpus: int | None = None,
+        diagnose: bool | str = False,
     ) -> Plan:
-        return plan(
+        """plan with the query's goal, pins and limits, within what is left of its budget
+        (status unknown, without solving, when nothing is left), charged to it."""
+        if self.budget.exhausted():
+            return Plan(status="unknown", strategy=None, estimate=None, solver=None)
+        result = plan(
             self.model,
             system or self.system,
             self.job,
             gpus or self.gpus,
             pins=self.pins,
             target=self.target,
-            time_limit_s=self.time_limit_s,
+            time_limit_s=self.budget.seconds_left(),
+            work_limit=self.budget.units_left(),
             diagnose=diagnose,
             **self.limits,
         )
+        self.budget.charge(result.solver.work_units if result.solver else 0.0)
+        return result
 
     def run(self):
-        if self.quantity in ("gpus", "cost"):
-            return self.free_gpus()
+        if self.quantity == "gpus":
+            return self.fewest_gpus()
+        if self.quantity == "cost":
+            return self.least_cost()
         if self.quantity in ("hbm", "offload-capacity"):
             return self.memory()
         return self.bandwidth()
@@ -275,15 +399,10 @@ class _Query:
         (``top``, in words), and what the goal's best plan there reaches when the goal is among
         the conflicting constraints."""
         system = changes.get("system", self.system)
-        result = plan(
-            self.model,
-            system,
-            self.job,
-            changes.get("gpus", self.gpus or self.system.max_gpus or 1),
-            pins=self.pins,
-            target=self.target,
-            time_limit_s=self.time_limit_s,
-            **self.limits,
+        result = self.plan_at(
+            system=system,
+            gpus=changes.get("gpus", self.gpus or self.system.max_gpus or 1),
+            diagnose=True,
         )
         self.unreachable = self.best_without_goal(result.diagnosis, system, top)
         return ("infeasible", None, result.diagnosis)
@@ -305,47 +424,117 @@ class _Query:
             strategy=best,
         )
 
-    # -- GPU count and cost ------------------------------------------------------------------
-    def free_gpus(self) -> tuple:
-        system = self.system
-        bound = self.gpu_bound()
-        space = build_search_space(
+    # -- GPU count ---------------------------------------------------------------------------
+    def free_space(self, top: int) -> SearchSpace:
+        """The knob domains with the GPU count free, up to ``top``: every fixed count's tp,
+        cp, micro-batch and ep domains are inside these (build_search_space)."""
+        return build_search_space(
             self.model,
-            system,
+            self.system,
             self.job,
             None,
             self.pins,
-            max_gpus=bound,
-            gpu_multiple=system.gpus_per_node,
+            max_gpus=top,
+            gpu_multiple=self.system.gpus_per_node,
             **self.limits,
         )
+
+    def factorable(self, count: int) -> bool:
+        """Whether some tp·cp·pp·dp of plan's space at ``count`` GPUs (pinned values only,
+        where pinned) multiplies to ``count``."""
+        space = build_search_space(
+            self.model, self.system, self.job, count, self.pins, **self.limits
+        )
+        domains = {
+            knob: (self.pins[knob],) if knob in self.pins else space.domains[knob]
+            for knob in ("tp", "cp", "pp", "dp")
+        }
+        return any(
+            count % (t * c * p) == 0 and count // (t * c * p) in domains["dp"]
+            for t in domains["tp"]
+            for c in domains["cp"]
+            for p in domains["pp"]
+        )
+
+    def fewest_gpus(self) -> tuple:
+        """The fewest GPUs (a multiple of the node size) at which ``plan`` meets the goal.
+
+        Feasibility is not monotone in the GPU count (dp must divide the batch, tp·cp·pp·dp
+        must multiply to the count, and more GPUs can be slower), so no bisection: the
+        candidates are the node multiples from a proven lower bound (gpu_floor) up, in
+        increasing order, each refuted or planned. A count is refuted when no tp·cp·pp·dp of
+        plan's own space multiplies to it (``factorable``), or when plan, over that same space
+        with the goal as a constraint, proves that no strategy meets the goal there (status
+        infeasible). The first count where plan finds a strategy is the answer: proven minimal
+        when every smaller candidate was refuted. A candidate whose plan ran out of budget is
+        unknown: the answer is then the least found, not proven (Refutations.unrefuted). The
+        search stops after GPU_CANDIDATE_PLANS plans or at the time limit, and answers unknown
+        if it found no count by then."""
+        multiple = self.system.gpus_per_node
+        top = self.gpu_bound()
+        floor = gpu_floor(self.ctx, self.free_space(top), self.target)
+        if floor is None:  # the goal's MFU is above what compute alone reaches
+            return self.infeasible(f"{top:,} GPUs", gpus=top)
+        found = self.refutations = Refutations(floor=floor, multiple=multiple)
+        below: Plan | None = None
+        for count in range(max(1, math.ceil(floor / multiple)) * multiple, top + 1, multiple):
+            if not self.factorable(count):
+                found.unfactorable += 1
+                below = None
+                continue
+            if found.plans >= GPU_CANDIDATE_PLANS or self.budget.exhausted():
+                found.stopped_at = count
+                return ("unknown", None, None)
+            result = self.plan_at(gpus=count)
+            found.plans += 1
+            if result.strategy is not None:
+                return self.gpu_answer(count, result, below)
+            if result.status != "infeasible":
+                found.unrefuted.append(count)
+            below = result
+        if found.unrefuted:
+            return ("unknown", None, None)
+        return self.infeasible(f"{top:,} GPUs", gpus=top)
+
+    def gpu_answer(self, count: int, result: Plan, below: Plan | None) -> tuple:
+        """The answer at ``count`` GPUs, with the evidence one node below it: plan's conflict
+        there when plan refuted it, else how it was refuted (Refutations.describe)."""
+        below_count = count - self.system.gpus_per_node
+        if below is not None and below.status == "infeasible":
+            below = self.plan_at(gpus=below_count, diagnose="conflict")
+        proven = not self.refutations.unrefuted
+        status, minimum, _ = self.answer(
+            count, proven, result, below_count if below_count > 0 else None, below
+        )
+        if minimum is not None:
+            minimum.evidence = self.refutations.describe(count)
+            minimum.unrefuted = list(self.refutations.unrefuted)
+            if below is None and below_count > 0:
+                minimum.below_status = "infeasible"
+        return (status, minimum, None)
+
+    # -- cost --------------------------------------------------------------------------------
+    def least_cost(self) -> tuple:
+        """GPUs × step time minimised in one CP-SAT model with the GPU count free."""
+        bound = self.gpu_bound()
+        space = self.free_space(bound)
         built = build_plan_model(self.ctx, space, target=self.target, exact_exposure=False)
-        if self.quantity == "gpus":
-            built.model.Minimize(built.variables.log_gpu_count())
-        else:
-            count = built.variables.gpu_count()
-            product = built.variables.new_int(
-                "gpu_steps", built.variables.ub(count) * built.variables.ub(built.steps.step)
-            )
-            built.model.AddMultiplicationEquality(product, [count, built.steps.step])
-            built.model.Minimize(product)
-        solver, status = solve(built, self.time_limit_s, lp_fallback=False)
+        count = built.variables.gpu_count()
+        product = built.variables.new_int(
+            "gpu_steps", built.variables.ub(count) * built.variables.ub(built.steps.step)
+        )
+        built.model.AddMultiplicationEquality(product, [count, built.steps.step])
+        built.model.Minimize(product)
+        solved = solve_within(built, self.budget, lp_fallback=False)
+        solver, status = solved.solver, solved.status
         if status not in SOLVED:
             if status == cp_model.INFEASIBLE:
-                top = min(bound, lim.MAX_GPUS)
-                return self.infeasible(f"{top} GPUs", gpus=top)
+                return self.infeasible(f"{bound:,} GPUs", gpus=bound)
             return ("unknown", None, None)
-        least = decode(built, solver).gpus
-        result = self.plan_at(gpus=least)
-        if self.quantity == "cost":
-            value = self._cost(result)
-            proven = status == cp_model.OPTIMAL and result.status == "optimal"
-            return self.answer(value, proven, result, None, None)
-        below_count = least - system.gpus_per_node
-        below = self.plan_at(gpus=below_count, diagnose="conflict") if below_count > 0 else None
-        return self.answer(
-            least, status == cp_model.OPTIMAL, result, below_count if below else None, below
-        )
+        result = self.plan_at(gpus=decode(built, solver).gpus)
+        value = self._cost(result)
+        proven = status == cp_model.OPTIMAL and result.status == "optimal"
+        return self.answer(value, proven, result, None, None)
 
     def _cost(self, result: Plan) -> float:
         """Dollars to train the job's token budget (or one step, without a budget)."""
@@ -374,7 +563,8 @@ class _Query:
         )
         need = built.needs.hbm if family == "hbm" else built.needs.offload[0]
         built.model.Minimize(need)
-        solver, status = solve(built, self.time_limit_s, lp_fallback=False)
+        solved = solve_within(built, self.budget, lp_fallback=False)
+        solver, status = solved.solver, solved.status
         if status not in SOLVED:
             if status == cp_model.INFEASIBLE:  # diagnosed with the tier at the domain's top
                 tier, what = (0, "HBM") if family == "hbm" else (1, "offload capacity")
@@ -438,7 +628,8 @@ class _Query:
             exact_exposure=False,
         )
         built.model.Minimize(built.variables.index(knob))
-        solver, status = solve(built, self.time_limit_s, lp_fallback=False)
+        solved = solve_within(built, self.budget, lp_fallback=False)
+        solver, status = solved.solver, solved.status
         if status not in SOLVED:
             top = with_bandwidth(self.system, knob, grid[-1])
             if status == cp_model.INFEASIBLE:
@@ -499,36 +690,55 @@ def pareto(
     second: str,
     gpus: int | None = None,
     target: PerformanceTarget | None = None,
+    time_limit_s: float | None = None,
+    work_limit: float | None = lim.DEFAULT_WORK_UNITS,
     **options,
 ) -> list[ParetoPoint]:
     """The Pareto front of two quantities by the epsilon-constraint method: the second is capped
     at SWEEP_POINTS values on a geometric grid — from its least value (the first set generously,
     UNBOUNDED) to what the first's minimum needs of it — and the first minimised under each cap;
-    dominated points are dropped."""
+    dominated points are dropped. Every query of the sweep shares one budget of
+    ``work_limit`` units and ``time_limit_s`` seconds: once it is spent, the caps not yet
+    searched are left out of the front."""
     model_spec, system_spec = as_model(model), as_system(system)
     target = target or PerformanceTarget()
     if second == first:
         raise InputError(f"--sweep {second}: choose a quantity other than --minimize")
-    corner = min_hardware(
-        model_spec, system_spec, job, first, gpus=gpus, target=target, **options
-    ).minimum
+    check_limits(time_limit_s, work_limit)
+    budget = Budget.of(work_limit, time_limit_s)
+
+    def least(on: SystemSpec, quantity: str, goal: PerformanceTarget) -> Minimum | None:
+        """min_hardware within what is left of the sweep's budget (None once it is spent)."""
+        if budget.exhausted():
+            return None
+        result = min_hardware(
+            model_spec,
+            on,
+            job,
+            quantity,
+            gpus=gpus,
+            target=goal,
+            time_limit_s=budget.seconds_left(),
+            work_limit=budget.units_left(),
+            **options,
+        )
+        budget.charge(result.work_units)
+        return result.minimum
+
+    corner = least(system_spec, first, target)
     if corner is None:
         return []
     high = _requirement(corner, second, system_spec)
     if second == "step-time":
-        low = plan(
-            model_spec, system_spec, job, corner.strategy.gpus, target=target, diagnose=False
-        ).estimate.step_time_s
+        low = corner.estimate.step_time_s
     else:
         roomy = (
             _set_quantity(system_spec, first, UNBOUNDED[first])
             if first in UNBOUNDED
             else system_spec
         )
-        least = min_hardware(
-            model_spec, roomy, job, second, gpus=gpus, target=target, **options
-        ).minimum
-        low = least.value if least is not None else high
+        fewest = least(roomy, second, target)
+        low = fewest.value if fewest is not None else high
     low = max(low, SWEEP_FLOOR.get(second, 0.0))
     high = max(high, low)
     caps = sorted(
@@ -545,9 +755,7 @@ def pareto(
             capped_target = PerformanceTarget(max_step_s=bound, min_mfu=target.min_mfu)
         else:
             capped_system = _set_quantity(system_spec, second, cap)
-        result = min_hardware(
-            model_spec, capped_system, job, first, gpus=gpus, target=capped_target, **options
-        ).minimum
+        result = least(capped_system, first, capped_target)
         if result is None:
             continue
         points.append(

@@ -419,10 +419,11 @@ def print_min_hardware(console: Console, result, model: ModelSpec, system: Syste
     )
     minimum = result.minimum
     if minimum is None and result.status == "unknown":
+        limit = result.stopped_by or "the plan budget"
         console.print(
-            f"[yellow]No answer within the time limit[/] ({result.wall_time_s:.2f} s): no "
-            f"hardware found yet, and none proven impossible; raise --time-limit. Searched: "
-            f"{result.domain}."
+            f"[yellow]No answer within {limit}[/] ({result.wall_time_s:.2f} s, "
+            f"{result.work_units:.2f} work units): no hardware found yet, and none proven "
+            f"impossible; raise --work-limit (or --time-limit). Searched: {result.domain}."
         )
         return
     if minimum is None:
@@ -447,6 +448,8 @@ def print_min_hardware(console: Console, result, model: ModelSpec, system: Syste
             labels = "; ".join(c.label for c in minimum.below_diagnosis.conflicts)
             line += f" (conflict: {labels})"
         console.print(line)
+    if minimum.evidence is not None:
+        console.print(f"evidence: {minimum.evidence}")
     print_estimate(console, minimum.estimate, minimum.strategy, system)
 
 

@@ -16,7 +16,13 @@ from constraints.variables import MAX_TABLE_ENTRIES
 from planner.api import as_model, as_system, evaluate
 from planner.cli import main
 from planner.cost.context import CostContext
-from planner.min_hardware import bandwidth_grid, min_hardware, pareto, with_bandwidth_levels
+from planner.min_hardware import (
+    bandwidth_grid,
+    gpu_seconds_floor,
+    min_hardware,
+    pareto,
+    with_bandwidth_levels,
+)
 from planner.plan import plan
 from planner.search_space import build_search_space
 from planner.specs import JobSpec, Strategy
@@ -156,10 +162,8 @@ def test_cli_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     payload = json.loads(capsys.readouterr().out)
     minimum = payload["minimum"]
     assert minimum["quantity"] == "gpus" and minimum["unit"] == "GPUs" and minimum["proven"]
-    assert (
-        minimum["strategy"]["tp"] * minimum["strategy"]["pp"] * minimum["strategy"]["dp"]
-        == minimum["value"]
-    )
+    strategy = minimum["strategy"]
+    assert strategy["tp"] * strategy["cp"] * strategy["pp"] * strategy["dp"] == minimum["value"]
     assert minimum["estimate"]["step_time_s"] <= 1.0
     assert minimum["below"]["status"] == "infeasible"
 
@@ -173,7 +177,7 @@ def test_cli_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
         (["--minimize", "gpus", "--max-days", "3"], "--max-days needs --train-tokens"),
         (
             ["--minimize", "scale-out-bandwidth", "--gpus", "8", "--bandwidth-range", "100", "10"],
-            "needs 0 < LOW < HIGH",
+            "--bandwidth-range = 100 10: allowed 0.1 ≤ LOW < HIGH",
         ),
     ],
 )
@@ -434,3 +438,123 @@ def test_a_bandwidth_query_tabulates_only_what_the_bandwidth_moves() -> None:
     assert latency and [tuple(v.domain) for v in latency] == [
         tuple(v.domain) for v in plain_latency
     ]
+
+
+# -- fewest GPUs against plan one node below (issue 40) ----------------------------------------
+
+LLAMA3_405B_60_DAYS_S = 60 * 86400 * 2048 * 8192 / 15e12
+"""llama3-405b's step-time bound for 15T tokens of 2,048 × 8,192 in 60 days (5.8 s)."""
+
+
+@pytest.mark.parametrize(
+    ("model", "batch", "step_s", "plan_found"),
+    [
+        ("gpt3-175b", 1536, 10.0, 704),
+        ("llama3-405b", 2048, LLAMA3_405B_60_DAYS_S, 20480),
+    ],
+    ids=["gpt3-175b-10s", "llama3-405b-60-days"],
+)
+def test_fewest_gpus_meets_the_goal_and_one_node_less_does_not(
+    model: str, batch: int, step_s: float, plan_found: int
+) -> None:
+    """Issue 40: min-hardware answered 768 and 21,504 GPUs "proven" while plan met the goal on
+    704 and 20,480 with uneven stage layouts. The answer is at most what plan found, plan meets
+    the goal there and proves that it cannot one node below (the next smaller candidate)."""
+    job, target = JobSpec(global_batch=batch), PerformanceTarget(max_step_s=step_s)
+    result = min_hardware(model, "dgx-h100", job, "gpus", target=target)
+    assert result.status == "optimal" and result.minimum.proven
+    least = result.minimum.value
+    assert least <= plan_found and least % 8 == 0
+    at = plan(model, "dgx-h100", job, least, target=target, diagnose=False)
+    assert at.strategy is not None and at.estimate.step_time_s <= step_s
+    below = plan(model, "dgx-h100", job, least - 8, target=target, diagnose=False)
+    assert below.status == "infeasible"
+    assert result.minimum.below_value == least - 8 and result.minimum.below_status == "infeasible"
+    assert result.minimum.strategy.stage_layers is not None  # the answers use uneven stages
+
+
+def test_fewest_gpus_minimal_with_uneven_stages_on_a_small_model() -> None:
+    """Every node multiple below the answer fails plan on a 7-layer model, whose pipelines of
+    2, 3, 4 and 6 stages are uneven (the free-count space searched pp dividing 7 only)."""
+    model = gpt_model(hidden=1024, layers=7, heads=16, ffn_hidden=4096, seq_len=1024)
+    sys = system()
+    fastest_on_8 = plan(model, sys, JOB, 8, diagnose=False).estimate.step_time_s
+    target = PerformanceTarget(max_step_s=fastest_on_8 * 0.5)
+    result = min_hardware(model, sys, JOB, "gpus", target=target)
+    assert result.status == "optimal" and result.minimum.proven
+    least = int(result.minimum.value)
+    assert plan(model, sys, JOB, least, target=target, diagnose=False).strategy is not None
+    for count in range(2, least, 2):
+        assert plan(model, sys, JOB, count, target=target, diagnose=False).strategy is None, count
+
+
+def test_the_compute_floor_is_below_every_plan() -> None:
+    """gpu_seconds_floor bounds GPUs × step time of the fastest plan at every GPU count (the
+    proof that no count below the floor meets a step-time goal rests on it), on a 7-layer
+    model whose pipelines are uneven; on 2 GPUs the fastest plan is within 20 % of it."""
+    model = gpt_model(hidden=1024, layers=7, heads=16, ffn_hidden=4096, seq_len=1024)
+    sys = system(hbm_gib=80.0)
+    space = build_search_space(model, sys, JOB, None, max_gpus=64, gpu_multiple=2)
+    floor_s = gpu_seconds_floor(CostContext(model, sys, JOB), space)
+    products = {}
+    for count in [*range(2, 33, 2), 48, 64]:
+        found = plan(model, sys, JOB, count, diagnose=False)
+        if found.strategy is not None:  # 10, 14, ... GPUs: no tp·pp·dp multiplies to them
+            products[count] = count * found.estimate.step_time_s
+    assert min(products.values()) >= floor_s
+    assert products[2] < 1.2 * floor_s
+
+
+def test_a_spent_work_budget_is_unknown_not_proven() -> None:
+    """With too little work to refute or find any count, the answer is unknown, and the limit
+    that stopped it is named; never a proof."""
+    job, target = JobSpec(global_batch=1536), PerformanceTarget(max_step_s=10.0)
+    result = min_hardware("gpt3-175b", "dgx-h100", job, "gpus", target=target, work_limit=1e-3)
+    assert result.status in ("unknown", "feasible")
+    assert result.minimum is None or not result.minimum.proven
+    assert result.stopped_by == "work limit"
+
+
+BAD_GOALS = [
+    (["--minimize", "gpus", "--min-mfu", "1e-300"], "--min-mfu"),
+    (["--minimize", "gpus", "--max-step-time", "5e-324"], "--max-step-time"),
+    (["--minimize", "gpus", "--train-tokens", "1e-300", "--max-days", "1"], "--train-tokens"),
+    (["--minimize", "gpus", "--train-tokens", "15e12", "--max-days", "5e-324"], "--max-days"),
+    (["--minimize", "gpus", "--train-tokens", "1e18", "--max-days", "0.001"], "--max-days"),
+    (
+        ["--minimize", "scale-out-bandwidth", "--gpus", "8", "--bandwidth-range", "5e-324", "1"],
+        "--bandwidth-range",
+    ),
+    (
+        ["--minimize", "scale-out-bandwidth", "--gpus", "8", "--bandwidth-range", "1", "5000"],
+        "--bandwidth-range",
+    ),
+]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+@pytest.mark.parametrize(("argv", "flag"), BAD_GOALS, ids=[a[-2] + a[-1] for a, _ in BAD_GOALS])
+def test_cli_tiny_goals_are_one_line_input_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str, as_json: bool
+) -> None:
+    """Issue 40: subnormal goals overflowed (OverflowError, exit 1); now exit 2 with one line
+    naming the flag, its value and the allowed range."""
+    code = main([*MIN_HARDWARE, *argv, *(["--json"] if as_json else [])])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and not captured.out
+    assert flag in lines[0] and "allowed" in lines[0] and "Traceback" not in captured.err
+
+
+def test_cli_fewest_gpus_says_how_smaller_counts_were_refuted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [*MIN_HARDWARE, "--minimize", "gpus", "--max-step-time", "1"]
+    code, out = _run(capsys, argv)
+    assert code == 0 and "evidence: multiples of" in " ".join(out.split())
+    code, out = _run(capsys, [*argv, "--json"])
+    payload = json.loads(out)
+    minimum = payload["minimum"]
+    assert code == 0 and minimum["evidence"].startswith("multiples of")
+    assert minimum["unrefuted"] == [] and payload["stopped_by"] is None
+    assert 0 <= payload["work_units"] <= 60
