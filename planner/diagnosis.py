@@ -31,7 +31,7 @@ from constraints.variables import ModelTooLarge
 from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
-from planner.rules import cp_values, divisors
+from planner.rules import cp_allowed, cp_values, divisors
 from planner.search_space import build_search_space, stage_layouts
 from planner.solving import (
     SOLVED,
@@ -47,8 +47,13 @@ CHECK_WORK_UNITS = 20.0
 """Work cap of one step of a diagnosis (a conflict check, a least-memory solve, a re-plan), in
 CP-SAT deterministic units, inside what is left of the query's budget."""
 FEWEST_GPUS_WORK_UNITS = 10.0
-"""The fewest-GPUs search stops after this much work; its answer is then the best found,
+"""Work cap of the whole fewest-GPUs search (all its plans); its answer is then the best found,
 marked unproven (and none found is not a proof that none fits)."""
+FEWEST_GPUS_SCAN = 8
+"""Candidate GPU counts the fewest-GPUs search plans one by one from the smallest (each
+refuted is part of the proof of the minimum) before it gallops over the rest. A plan at a
+count takes 0.1-0.5 s, mostly building its model, which no work limit counts: this cap keeps
+the wait short where the answer is far (mt-128t on 64 A100s: thousands of counts to 61,440)."""
 NEW_TIER_GBPS = 100.0
 """Bandwidth assumed for an offload tier the system does not have (the SC23 poster's 100 GB/s)."""
 NEW_TIER_CAPACITY_GIB = 64.0 * 1024
@@ -331,12 +336,15 @@ class _Session:
             pins=self.pins if pins is None else pins,
         )
 
-    def checked_plan(self, target_free: bool = False, **problem):
+    def checked_plan(self, target_free: bool = False, budget: Budget | None = None, **problem):
         """A plan (``plan_fn``) of this problem with ``problem``'s changes, within a step's
-        budget (charged to the diagnosis's), or None when no budget is left."""
-        if self.out_of_time():
+        budget inside ``budget`` (default: the diagnosis's), or None when none is left."""
+        budget = budget or self.budget
+        exhausted = budget.exhausted()
+        if exhausted:
+            self.cut_short(exhausted)
             return None
-        step = self.step(CHECK_WORK_UNITS)
+        step = budget.within(CHECK_WORK_UNITS)
         plan_fn = functools.partial(self.plan_fn, target=None) if target_free else self.plan_fn
         seconds_left = step.seconds_left()
         result = plan_fn(
@@ -568,36 +576,90 @@ class _Session:
         return _Least(gib, decode(built, solved.solver), proven=proven)
 
     def fewest_gpus(self) -> _Least:
-        """The fewest GPUs that admit a strategy, with the GPU count tp·cp·pp·dp a decision
-        variable (whole nodes when the problem's count is; bounded by the system's maximum,
-        else by scale-up domain × layers × global batch), within FEWEST_GPUS_WORK_UNITS; the
-        plan at that count verifies it (the fixed-count model finds its fastest strategy much
-        faster)."""
+        """The fewest GPUs that admit a strategy, within FEWEST_GPUS_WORK_UNITS. Candidate
+        counts (``gpu_counts``) are planned one by one from the smallest, FEWEST_GPUS_SCAN of
+        them: the first that plans is the answer, verified by that plan and proven least when
+        every smaller candidate was proven infeasible. Past those, one model with the GPU count
+        a decision variable (``solve_fewest_free``) finds a count, which a plan verifies: the
+        fewest found, proven least only where no candidate below it was left unplanned (the
+        free-count model's space is narrower than a plan's: pp divides the layers there). None
+        found is proven only when every candidate was refuted."""
         if not self.fewest_cache:
-            self.fewest_cache.append(self.solve_fewest_gpus())
+            self.fewest_cache.append(self.search_fewest_gpus())
         return self.fewest_cache[0]
 
-    def solve_fewest_gpus(self) -> _Least:
-        """fewest_gpus, solved."""
+    def gpu_range(self) -> tuple[int, int]:
+        """(most, multiple): the GPU counts a fewest-GPUs search covers are multiples of a
+        node where the problem's count is (else of 1), up to the system's maximum (else scale-up
+        domain × layers × global batch, within planner.limits)."""
         ctx, system = self.ctx, self.ctx.system
         bound = system.max_gpus or min(
             system.scale_up_gpus * ctx.model.layers * ctx.job.global_batch, lim.MAX_GPUS
         )
-        node = system.gpus_per_node
-        multiple = node if self.gpus % node == 0 else 1
+        return bound, system.gpus_per_node if self.gpus % system.gpus_per_node == 0 else 1
+
+    def gpu_counts(self) -> list[int]:
+        """Every GPU count any plan could factor as tp·cp·pp·dp, ascending, the problem's own
+        left out: tp dividing the heads evenly (ModelSpec.splits_over), cp splitting the
+        sequence (rules.cp_allowed), pp up to the layers (stage layouts need not be even), dp
+        dividing the global batch; within ``gpu_range``."""
+        model, job = self.ctx.model, self.ctx.job
+        bound, multiple = self.gpu_range()
+        tps = [t for t in divisors(model.heads) if model.splits_over(t)]
+        seq_len = job.seq_len_for(model)
+        cps = [c for c in divisors(seq_len) if cp_allowed(c, seq_len)]
+        dps = divisors(job.global_batch)
+        counts = {
+            t * c * p * d
+            for t in tps
+            for c in cps
+            for d in dps
+            if t * c * d <= bound
+            for p in range(1, min(model.layers, bound // (t * c * d)) + 1)
+        }
+        return sorted(n for n in counts if n % multiple == 0 and n != self.gpus)
+
+    def search_fewest_gpus(self) -> _Least:
+        """fewest_gpus, searched."""
+        budget = self.step(FEWEST_GPUS_WORK_UNITS)
+        counts = self.gpu_counts()
+        refuted = 0
+        """How many of the smallest candidates were proven infeasible, in a row."""
+        for index, count in enumerate(counts[:FEWEST_GPUS_SCAN]):
+            result = self.checked_plan(gpus=count, budget=budget)
+            if result is None:
+                return _Least(None, None, proven=False)
+            if result.strategy is not None:
+                return _Least(count, result.strategy, proven=refuted == index, result=result)
+            if result.status == "infeasible" and refuted == index:
+                refuted += 1
+        if len(counts) <= FEWEST_GPUS_SCAN:
+            return _Least(None, None, proven=refuted == len(counts))
+        least = self.solve_fewest_free(budget)
+        if least is None:
+            return _Least(None, None, proven=False)
+        result = self.checked_plan(gpus=least, budget=budget)
+        if result is None or result.strategy is None:
+            return _Least(None, None, proven=False)
+        proven = refuted == FEWEST_GPUS_SCAN and least == counts[FEWEST_GPUS_SCAN]
+        return _Least(least, result.strategy, proven=proven, result=result)
+
+    def solve_fewest_free(self, budget: Budget) -> int | None:
+        """The fewest GPUs of one model whose GPU count tp·cp·pp·dp is a decision variable
+        (whole nodes when the problem's count is; at most gpu_counts's bound), or None if it
+        found none within ``budget``. Its tables vary along dp too: mt-128t on 64 A100s, 0.3
+        units of search but 5 s of loading (its 496k table entries)."""
+        bound, multiple = self.gpu_range()
         try:
             built = self.build(self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple))
         except ModelTooLarge:  # a free GPU count adds dp to every dp-dependent table
             self.incomplete = True
-            return _Least(None, None, proven=False)
+            return None
         built.model.Minimize(built.variables.log_gpu_count())
-        solver, status = self.solve(built, FEWEST_GPUS_WORK_UNITS, lp_fallback=False)
-        if status not in SOLVED:
-            return _Least(None, None, proven=status == cp_model.INFEASIBLE)
-        least = decode(built, solver).gpus
-        result = self.replan(gpus=least)
-        strategy = None if result is None else result.strategy
-        return _Least(least, strategy, proven=status == cp_model.OPTIMAL, result=result)
+        solved = solve_within(built, budget.within(None), lp_fallback=False)
+        if solved.stopped_by is not None:
+            self.cut_short(solved.stopped_by)
+        return decode(built, solved.solver).gpus if solved.status in SOLVED else None
 
     # -- the fixes ---------------------------------------------------------------------------
     def relaxations(self, core: set[str]) -> list[Relaxation]:

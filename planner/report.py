@@ -241,6 +241,22 @@ def print_estimate(
         console.print(f"[red]does not fit:[/] {overflow}")
 
 
+def limit_text(stopped_by: str | None, solver=None) -> str:
+    """The limit that stopped a search, with the value that was set where ``solver`` (a plan's
+    SolverReport) says it: 'the work limit (60 units)', 'the time limit (60 s)'."""
+    stopped_by = stopped_by or "work limit"
+    if solver is not None and stopped_by == "time limit" and solver.time_limit_s is not None:
+        return f"the time limit ({solver.time_limit_s:g} s)"
+    if solver is not None and stopped_by == "work limit" and solver.work_limit is not None:
+        return f"the work limit ({solver.work_limit:g} units)"
+    return f"the {stopped_by}"
+
+
+def _limit_flag(solver) -> str:
+    """The flag that raises the limit that stopped a search."""
+    return "--time-limit" if solver.stopped_by == "time limit" else "--work-limit"
+
+
 def print_plan(
     console: Console, result, model: ModelSpec, system: SystemSpec, job, gpus: int
 ) -> None:
@@ -251,10 +267,12 @@ def print_plan(
         f"[bold]{system.name}[/], global batch {job.global_batch}, sequence "
         f"{job.seq_len_for(model)}"
     )
+    limit = limit_text(solver.stopped_by, solver) if solver is not None else ""
     if result.status == "unknown":
         console.print(
-            f"[yellow]No answer within the time limit[/] ({solver.wall_time_s:.2f} s): no "
-            "strategy found yet, and none proven impossible; raise --time-limit."
+            f"[yellow]No answer within {limit}[/]: no strategy found in "
+            f"{solver.wall_time_s:.2f} s ({solver.work_units:.2f} work units), and none proven "
+            f"impossible; raise {_limit_flag(solver)}."
         )
         return
     if result.strategy is None:
@@ -263,7 +281,7 @@ def print_plan(
     proof = (
         "[green]proven optimal[/]"
         if result.status == "optimal"
-        else f"[yellow]best found, gap {solver.gap:.2%}[/] (time limit)"
+        else f"[yellow]best found, gap {solver.gap:.2%}[/] (stopped by {limit})"
     )
     models = ""
     if solver.parts > 1:
@@ -272,7 +290,8 @@ def print_plan(
         )
         models = f"{solved} models, one per expert-parallel size: "
     console.print(
-        f"{proof} in {solver.wall_time_s:.2f} s over a space of {solver.search_space:,} "
+        f"{proof} in {solver.wall_time_s:.2f} s ({solver.work_units:.2f} work units) over a "
+        f"space of {solver.search_space:,} "
         f"knob combinations (CP-SAT: {models}{solver.variables} variables, "
         f"{solver.constraints} constraints, {solver.table_entries} table entries)"
     )
@@ -405,10 +424,18 @@ def print_diagnosis(console: Console, result) -> None:
             "was found to make it feasible."
         )
     console.print(f"[dim]diagnosis took {diagnosis.wall_time_s:.1f} s[/]")
-    if not diagnosis.complete:
+    if diagnosis.stopped_by is not None:
+        limit = limit_text(diagnosis.stopped_by, getattr(result, "solver", None))
+        flag = "--time-limit" if diagnosis.stopped_by == "time limit" else "--work-limit"
         console.print(
-            "[yellow]The time limit ran out during the diagnosis:[/] the conflict may not be "
-            "minimal and some fixes were not searched for; raise --time-limit for the rest."
+            f"[yellow]{limit[0].upper() + limit[1:]} ran out during the diagnosis:[/] the "
+            "conflict may not be minimal, and some fixes were not searched for, not proven "
+            f"least or not verified; raise {flag} for the rest."
+        )
+    elif not diagnosis.complete:
+        console.print(
+            "[yellow]The diagnosis searched a smaller space than the plan's[/] (a model too "
+            "large to build whole): the conflict may not be minimal."
         )
 
 
