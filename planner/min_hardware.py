@@ -439,6 +439,17 @@ class _Query:
             **self.limits,
         )
 
+    def pinned_or(self, knob: str, values: tuple[int, ...]) -> tuple[int, ...]:
+        """The knob's pinned value, or ``values`` where it is not pinned."""
+        return (self.pins[knob],) if knob in self.pins else values
+
+    def may_factor(self, count: int, tcd: frozenset[int]) -> bool:
+        """A necessary condition of ``factorable``, cheap: some pp of 1 .. layers and some
+        product tp·cp·dp in ``tcd`` (over the free space's domains, which hold every fixed
+        count's) multiply to ``count``."""
+        pps = self.pinned_or("pp", tuple(range(1, self.model.layers + 1)))
+        return any(count % p == 0 and count // p in tcd for p in pps)
+
     def factorable(self, count: int) -> bool:
         """Whether some tp·cp·pp·dp of plan's space at ``count`` GPUs (pinned values only,
         where pinned) multiplies to ``count``."""
@@ -446,8 +457,7 @@ class _Query:
             self.model, self.system, self.job, count, self.pins, **self.limits
         )
         domains = {
-            knob: (self.pins[knob],) if knob in self.pins else space.domains[knob]
-            for knob in ("tp", "cp", "pp", "dp")
+            knob: self.pinned_or(knob, space.domains[knob]) for knob in ("tp", "cp", "pp", "dp")
         }
         return any(
             count % (t * c * p) == 0 and count // (t * c * p) in domains["dp"]
@@ -472,13 +482,16 @@ class _Query:
         if it found no count by then."""
         multiple = self.system.gpus_per_node
         top = self.gpu_bound()
-        floor = gpu_floor(self.ctx, self.free_space(top), self.target)
+        free = self.free_space(top)
+        floor = gpu_floor(self.ctx, free, self.target)
         if floor is None:  # the goal's MFU is above what compute alone reaches
             return self.infeasible(f"{top:,} GPUs", gpus=top)
+        tp, cp, dp = (self.pinned_or(k, free.domains[k]) for k in ("tp", "cp", "dp"))
+        tcd = frozenset(t * c * d for t in tp for c in cp for d in dp)
         found = self.refutations = Refutations(floor=floor, multiple=multiple)
         below: Plan | None = None
         for count in range(max(1, math.ceil(floor / multiple)) * multiple, top + 1, multiple):
-            if not self.factorable(count):
+            if not (self.may_factor(count, tcd) and self.factorable(count)):
                 found.unfactorable += 1
                 below = None
                 continue
