@@ -650,18 +650,25 @@ class _Query:
                 return self.infeasible(f"{grid[-1]:g} GB/s of {what} bandwidth", system=top)
             return ("unknown", None, None)
         level = int(np.argmax([solver.Value(b) for b in built.variables.onehot[knob]]))
-        value = grid[level]
-        result = self.plan_at(system=with_bandwidth(self.system, knob, value))
-        below = (
-            self.plan_at(
-                system=with_bandwidth(self.system, knob, grid[level - 1]), diagnose="conflict"
-            )
-            if level > 0
-            else None
-        )
-        return self.answer(
-            value, status == cp_model.OPTIMAL, result, grid[level - 1] if level else None, below
-        )
+        level, result, below = self.settle_bandwidth(knob, grid, level)
+        proven = below.status == "infeasible" if below else status == cp_model.OPTIMAL
+        return self.answer(grid[level], proven, result, grid[level - 1] if level else None, below)
+
+    def settle_bandwidth(
+        self, knob: str, grid: tuple[float, ...], level: int
+    ) -> tuple[int, Plan, Plan | None]:
+        """(grid level, the plan there, the plan one level below) of the least level plan
+        itself meets the goal at, from the query's ``level`` down; no plan below level 0.
+        More bandwidth never slows a strategy (every transfer is bytes / bandwidth), so plan
+        proving the goal infeasible one level below proves it for every lower level."""
+        result = self.plan_at(system=with_bandwidth(self.system, knob, grid[level]))
+        while level > 0:
+            lower = with_bandwidth(self.system, knob, grid[level - 1])
+            below = self.plan_at(system=lower, diagnose="conflict")
+            if below.strategy is None:
+                return level, result, below
+            level, result = level - 1, below
+        return level, result, None
 
 
 def _on_grid(steps: int, step: float) -> float:
