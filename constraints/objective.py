@@ -64,7 +64,11 @@ def add_step_time(
         else []
     )
 
-    hidden_p2p = tables.ctx.stack.pp_overlap  # P2P under compute with interleaving (step.py)
+    off_f = [(1, offload[0].once, 0)] if offload else []
+    off_b = [(1, offload[1].once, 0)] if offload else []
+    # Overlapped P2P with interleaving shows only its excess over the passes (step.py).
+    passes = (compute, forward, offload, partial)
+    hidden_p2p = _pp_overlapped(variables, tables, passes, message, exact_exposure)
     bounds = []
     for layout, v, literals in variables.layout_interleaves():
         shown = None if hidden_p2p and v > 1 else message
@@ -72,6 +76,9 @@ def add_step_time(
             terms = _pipeline_terms(
                 layout.pp, v, blocks, per_block, partial, head, shown, with_head
             )
+            if shown is None and layout.pp > 1:  # v > 1: an even layout (layout_interleaves)
+                once, per_step = hidden_p2p
+                terms += [(v, per_step), (layout.pp - 1, once)]
             bounds.append((v, terms, literals))
     pipeline = variables.new_int(
         "pipeline", max(upper(variables, terms) // v + 1 for v, terms, _ in bounds)
@@ -84,8 +91,6 @@ def add_step_time(
         m.Add(pipeline >= layers * sum(x.per_step for x in per_block))
 
     overlap = variables.onehot["dp_overlap"][1] if 1 in variables.domains["dp_overlap"] else None
-    off_f = [(1, offload[0].once, 0)] if offload else []
-    off_b = [(1, offload[1].once, 0)] if offload else []
     micro_batches = variables.micro_batch_count()
     window_step = [(1, compute.per_step, compute.pp_power)]
     window_step += [(1, o.per_step, o.pp_power) for o in offload]
@@ -165,6 +170,77 @@ def add_step_time(
     return StepVariables(
         step=step, pipeline=pipeline, dp_exposed=(dp_exposed,), optimizer=optimizer
     )
+
+
+def _pp_overlapped(
+    variables: Variables,
+    tables: TableBuilder,
+    passes: tuple[PerBlock, PerBlock, list[PerBlock], list[PerBlock]],
+    message: PerBlock,
+    exact: bool,
+) -> tuple[cp_model.IntVar, cp_model.IntVar] | None:
+    """(E, n·E) for E = max(0, v·M − F) + max(0, v·M − B), the pipeline messages a stage with
+    overlapped P2P shows per micro-batch (step.pp_exposed_s): M one message, F and B the
+    stage's forward and backward passes with their offload stalls (and partial recompute's
+    extra backward), for the chosen even layout of k blocks and interleave v > 1 (one gap per
+    part, fixed by the chosen pair; ``exact`` as in _exposed_once). ``passes``: the per-block
+    compute, forward and offload tables and the per-stage partial-recompute ones. None where
+    the stack does not overlap P2P or the space has no such pair."""
+    pairs = [(x, v, lits) for x, v, lits in variables.layout_interleaves() if v > 1 and x.pp > 1]
+    if not tables.ctx.stack.pp_overlap or not pairs:
+        return None
+    compute, forward, offload, partial = passes
+    # (name, per-block window, per-block terms taken off it, per-stage window)
+    windows = (
+        ("forward", [forward, *offload[:1]], [], []),
+        ("backward", [compute, *offload[1:]], [forward], partial[:1]),
+    )
+    exposed = []
+    for kind in ("once", "step"):
+
+        def value(x: PerBlock, p: int, kind: str = kind) -> tuple[int, cp_model.IntVar]:
+            return (p**x.pp_power, x.per_step) if kind == "step" else (1, x.once)
+
+        parts = []
+        for name, window, minus, whole in windows:
+            hidden = []
+            for layout, v, literals in pairs:
+                p, k = layout.pp, layout.blocks
+                coef, sent = value(message, p)
+                terms = [(v * coef, sent)]
+                terms += [(-k * c, var) for c, var in (value(x, p) for x in window)]
+                terms += [(k * c, var) for c, var in (value(x, p) for x in minus)]
+                terms += [(-c, var) for c, var in (value(x, p) for x in whole)]
+                hidden.append((terms, literals))
+            parts.append(_excess(variables, f"pp_{name}_exposed_{kind}", hidden, exact))
+        total = variables.new_int(f"pp_exposed_{kind}", sum(variables.ub(x) for x in parts))
+        variables.model.Add(total == sum(parts))
+        exposed.append(total)
+    return exposed[0], exposed[1]
+
+
+def _excess(
+    variables: Variables,
+    name: str,
+    hidden: list[tuple[list[tuple[int, cp_model.IntVar]], list[cp_model.IntVar]]],
+    exact: bool,
+) -> cp_model.IntVar:
+    """max(0, gap) where each (terms, literals) of ``hidden`` fixes gap = Σ terms under its
+    literals (exactly one holds wherever the result is used); ``exact`` False: only lower
+    bounds (see _exposed_once)."""
+    m = variables.model
+    highest = max(sum(c * variables.ub(x) for c, x in terms if c > 0) for terms, _ in hidden)
+    lowest = max(sum(-c * variables.ub(x) for c, x in terms if c < 0) for terms, _ in hidden)
+    exposed = variables.new_int(name, highest)
+    if not exact:
+        for terms, literals in hidden:
+            m.Add(exposed >= linear(terms)).OnlyEnforceIf(literals)
+        return exposed
+    gap = m.NewIntVar(-lowest, highest, f"{name}_gap")
+    for terms, literals in hidden:
+        m.Add(gap == linear(terms)).OnlyEnforceIf(literals)
+    m.AddMaxEquality(exposed, [gap, 0])
+    return exposed
 
 
 def _times_micro_batches(

@@ -14,6 +14,7 @@ from planner.cli import main
 from planner.cost.context import CostContext
 from planner.cost.memory import StageParams
 from planner.cost.step import Knobs, dp_collectives, dp_comm_times_s, evaluate_terms
+from planner.hardware import override_system
 from planner.quantities import OFFLOAD_STEPS
 from planner.specs import OFFLOAD_KINDS, JobSpec, offload_code
 from tests.conftest import gpt_model, simple_system
@@ -306,7 +307,8 @@ def test_the_dp_collective_unit_is_in_the_stack_json(capsys: pytest.CaptureFixtu
     "field, value, message",
     [
         ("dp_collective_unit", "layer", "Input should be 'block', 'bucket' or 'buffer'"),
-        ("dp_bucket_params", -5, "Input should be greater than 0"),
+        ("dp_bucket_params", -5, "Input should be greater than or equal to 10000"),
+        ("dp_bucket_params", 1e-300, "Input should be greater than or equal to 10000"),
         ("dp_bucket_params_per_rank", -1, "Input should be greater than or equal to 0"),
     ],
 )
@@ -322,3 +324,60 @@ def test_a_bad_dp_collective_field_is_a_one_line_error(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert f"{field} = " in err and message in err
+
+
+def _pipeline_terms(scale_out_gbps: float, pp_overlap: bool):
+    """gpt3-175b with tp 8, pp 8, v 2 on 64 A100s (the pipeline spans the scale-out tier)
+    under megatron-core, whose P2P overlaps compute, or the same profile without it."""
+    stack = hardware_catalog.load_stack("megatron-core").model_copy(
+        update={"pp_overlap": pp_overlap}
+    )
+    system = override_system(
+        hardware_catalog.load_system("dgx-a100-80g"), {"scale_out_gbps": scale_out_gbps}
+    )
+    ctx = CostContext(
+        hardware_catalog.load_model("gpt3-175b"), system, JobSpec(global_batch=16), stack=stack
+    )
+    return evaluate_terms(ctx, Knobs.of(tp=8, pp=8, dp=1, interleave=2, recompute="full"))
+
+
+@pytest.mark.parametrize("scale_out_gbps", [400.0, 25.0, 1.0, 0.1])
+def test_overlapped_pipeline_messages_hide_only_under_the_passes(scale_out_gbps: float) -> None:
+    """Overlapped P2P shows the excess of the messages over the passes they run under: never
+    more than sending them in turn, never less than that minus the stage's compute, and a
+    slower link never makes the step faster (issue 40: it was free on any link)."""
+    overlapped = _pipeline_terms(scale_out_gbps, pp_overlap=True)
+    in_turn = _pipeline_terms(scale_out_gbps, pp_overlap=False)
+    shown, sent = float(overlapped.pp_comm_s), float(in_turn.pp_comm_s)
+    passes = sum(
+        float(overlapped.breakdown()[name])
+        for name in ("forward", "backward", "recompute", "offload")
+    )
+    assert 0.0 <= shown <= sent
+    assert shown >= sent - passes - 1e-12
+    faster = _pipeline_terms(scale_out_gbps * 4, pp_overlap=True)
+    assert float(overlapped.step_time_s) >= float(faster.step_time_s)
+    assert sum(float(x) for x in overlapped.breakdown().values()) == pytest.approx(
+        float(overlapped.step_time_s), rel=1e-9
+    )
+
+
+def test_a_slow_pipeline_link_shows_through_the_overlap() -> None:
+    """At the slowest link allowed the messages outlast the passes, so the overlapped stack
+    pays for them and the step is slower than on InfiniBand."""
+    slow, fast = _pipeline_terms(0.1, pp_overlap=True), _pipeline_terms(25.0, pp_overlap=True)
+    assert float(slow.pp_comm_s) > 0.0
+    assert float(slow.step_time_s) >= float(fast.step_time_s) + float(slow.pp_comm_s)
+
+
+def test_the_plan_charges_the_overlapped_pipeline_messages_as_evaluated() -> None:
+    """The CP-SAT encoding of the shown P2P excess is the cost model's: on a slow scale-out link
+    with interleaving pinned, the solver's objective is the evaluated step time, which pays
+    for the messages."""
+    from planner.plan import plan
+
+    system = override_system(hardware_catalog.load_system("dgx-a100-80g"), {"scale_out_gbps": 0.1})
+    result = plan("gpt3-175b", system, JobSpec(global_batch=16), 64, pins={"interleave": 2})
+    assert result.status == "optimal" and result.strategy.interleave == 2
+    assert result.estimate.breakdown_s["pp_comm"] > 0.0
+    assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)

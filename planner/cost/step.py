@@ -5,16 +5,18 @@ states ``stage_layers``) and v virtual stages per rank, the 1F1B (interleaved) s
 (Narayanan et al. SC21 §2.2):
 
     pipeline = (n + (p − 1)/v) · T
-    T        = max_i (k_i · U + [i last] · head) + PP comm
+    T        = max_i (k_i · U + [i last] · head + PP comm_i)
     U        = fwd + bwd + recompute + TP, CP and offload exposed
 
 per step, where every term of T is per micro-batch on the slowest stage (with partial
 recompute, Megatron's block method, r = min(recompute_layers, k_i) of a stage's blocks cost U
 under full recompute and the other k_i − r U under the strategy's base mode): the LM head runs
-on the last, PP comm is 2·v point-to-point messages of b·s·h·e/t bytes (activations forward,
-gradients backward; Megatron's scatter/gather optimisation divides them by t), hidden when the
-stack overlaps pipeline sends and receives with compute (interleaved schedule only). The bubble
-is the (p − 1)/v · T part. Then
+on the last, PP comm is 2·v point-to-point messages of M = b·s·h·e/t bytes' time (activations
+forward, gradients backward; Megatron's scatter/gather optimisation divides them by t). Where
+the stack overlaps pipeline sends and receives with compute (interleaved schedule only), the v
+forward messages hide under the stage's forward pass and the v backward ones under its backward,
+and only the excess shows: PP comm_i = max(0, v·M − F_i) + max(0, v·M − B_i) (pp_exposed_s). The
+bubble is the (p − 1)/v · T part. Then
 
     step = pipeline + DP exposed + optimizer step + the stack's per-step overhead.
 
@@ -364,6 +366,24 @@ def pp_message_s(
     return point_to_point_s(ctx, span, nbytes / np.asarray(tp, dtype=float))
 
 
+def pp_exposed_s(
+    message_s: np.ndarray, v: np.ndarray, stage: BlockPieces, hidden: np.ndarray
+) -> np.ndarray:
+    """A stage's pipeline messages per micro-batch on its critical path, for one message of
+    ``message_s`` (pp_message_s; 0 where p = 1) and v virtual stages: 2·v·M sent in turn with
+    the compute, or, where the stack overlaps them (``hidden``: its pp_overlap with v > 1,
+    Megatron-Core's overlap_p2p_comm), what exceeds the passes they run under. Each of the v
+    model chunks sends its activations while the next chunk computes its forward, and its
+    input gradients while the next computes its backward, so the v forward messages hide under
+    the stage's forward pass F and the v backward ones under its backward B (recompute and
+    offload stalls included, as the DP windows): max(0, v·M − F) + max(0, v·M − B)."""
+    sent = v * message_s
+    overlapped = np.maximum(0.0, sent - stage.forward_window_s) + np.maximum(
+        0.0, sent - stage.backward_window_s
+    )
+    return np.where(hidden, overlapped, 2 * sent)
+
+
 def group_spans(
     tp: ArrayLike, cp: ArrayLike, pp: ArrayLike, dp: ArrayLike, placement: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -545,14 +565,13 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         kind: stage_pieces(pieces(k["recompute"]), full, blocks[kind], partial) for kind in STAGES
     }
     head = lm_head_time_s(ctx, k["tp"], k["micro_batch"], k["cp"])
-    pp_exposed = (p > 1) & ~((v > 1) & ctx.stack.pp_overlap)
     dp_span, pipeline_span = group_spans(t, c, p, d, k["placement"])
-    pp_per_micro_batch = np.where(
-        pp_exposed, 2 * v * pp_message_s(ctx, k["tp"], k["micro_batch"], pipeline_span, c), 0.0
-    )
-    first_s = stage["first"].total_s
-    middle_s = np.where(stage_present(p, "middle"), stage["middle"].total_s, 0.0)
-    last_s = stage["last"].total_s + head
+    message = np.where(p > 1, pp_message_s(ctx, k["tp"], k["micro_batch"], pipeline_span, c), 0.0)
+    hidden_p2p = (v > 1) & ctx.stack.pp_overlap
+    pp_s = {kind: pp_exposed_s(message, v, stage[kind], hidden_p2p) for kind in STAGES}
+    first_s = stage["first"].total_s + pp_s["first"]
+    middle_s = np.where(stage_present(p, "middle"), stage["middle"].total_s + pp_s["middle"], 0.0)
+    last_s = stage["last"].total_s + head + pp_s["last"]
     slowest_s = np.maximum.reduce([first_s, middle_s, last_s])
     last_slowest = last_s >= slowest_s
     first_slowest = ~last_slowest & (first_s >= middle_s)
@@ -569,7 +588,10 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         }
     )
     critical_head = np.where(last_slowest, head, 0.0)
-    per_micro_batch = slowest_s + pp_per_micro_batch
+    pp_per_micro_batch = np.where(
+        last_slowest, pp_s["last"], np.where(first_slowest, pp_s["first"], pp_s["middle"])
+    )
+    per_micro_batch = slowest_s
 
     overlap = np.asarray(k["dp_overlap"], dtype=bool) & ctx.stack.dp_overlap
     dp_exposed = np.zeros(np.broadcast(t, c, p, d, n).shape)
