@@ -7,6 +7,7 @@ import pytest
 from ortools.sat.python import cp_model
 
 import hardware_catalog
+import planner.diagnosis as diagnosis_module
 from constraints import build_plan_model
 from constraints.target import PerformanceTarget
 from planner.cost.context import CostContext
@@ -227,3 +228,65 @@ def test_evaluate_names_the_overflowing_tier() -> None:
     )
     assert not estimate.fits
     assert any("HBM" in line and "over by" in line for line in estimate.overflows)
+
+
+MEGATRON_16 = ("megatron-1t", "dgx-a100-80g", JobSpec(global_batch=64), 16)
+"""Issue 40: on a busy machine a wall-clock limit cut this diagnosis's fewest-GPUs search short,
+and it reported "no GPU count fits"; on a quiet one it offered 64 GPUs."""
+
+
+def test_the_megatron_1t_diagnosis_offers_a_verified_and_proven_gpu_count() -> None:
+    """The GPU count comes first among the fixes, verified by a plan at that count, and is
+    proven least: every whole-node count below it (but the problem's own) plans infeasible."""
+    model, system, job, gpus = MEGATRON_16
+    diagnosis = plan(model, system, job, gpus).diagnosis
+    assert diagnosis.complete and diagnosis.stopped_by is None
+    fix = diagnosis.relaxations[0]
+    assert fix.quantity == "gpus" and fix.verified and "(the fewest that fit)" in fix.change
+    fewest = int(fix.value)
+    factorization = next(c for c in diagnosis.conflicts if c.family == "factorization")
+    assert factorization.value == fewest and "the fewest that fit" in factorization.detail
+    again = plan(model, system, job, fewest, diagnose=False)
+    assert again.estimate.step_time_s == pytest.approx(fix.step_time_s)
+    for count in range(8, fewest, 8):
+        assert plan(model, system, job, count, diagnose=False).status == "infeasible", count
+
+
+PROOF_PHRASES = ("no GPU count fits", "fits even", "fits even without")
+
+
+@pytest.mark.parametrize("work_limit", [0.02, 0.05, 0.3])
+def test_a_diagnosis_cut_short_by_its_work_limit_claims_no_proof(work_limit: float) -> None:
+    """A tiny work limit runs out during the diagnosis: it says so (complete false, stopped by
+    the work limit), and no conflict claims that nothing fits."""
+    model, system, job, gpus = MEGATRON_16
+    result = plan(model, system, job, gpus, work_limit=work_limit)
+    diagnosis = result.diagnosis
+    assert result.status == "infeasible"  # the plan's own solve is a proof (0.014 units)
+    assert not diagnosis.complete and diagnosis.stopped_by == "work limit"
+    assert result.solver.work_units <= work_limit + 0.01  # CP-SAT checks its limit in steps
+    for conflict in diagnosis.conflicts:
+        assert not any(phrase in conflict.detail for phrase in PROOF_PHRASES), conflict.detail
+    for fix in diagnosis.relaxations:
+        assert fix.verified == (fix.strategy is not None)
+
+
+def test_a_fewest_gpu_search_out_of_work_says_none_found_not_none_fits(monkeypatch) -> None:
+    """The fewest-GPUs search's own cap spent at once: "no GPU count found within the work
+    limit", never "no GPU count fits", and no GPU fix offered."""
+    monkeypatch.setattr(diagnosis_module, "FEWEST_GPUS_WORK_UNITS", 1e-4)
+    model, system, job, gpus = MEGATRON_16
+    diagnosis = plan(model, system, job, gpus).diagnosis
+    factorization = next(c for c in diagnosis.conflicts if c.family == "factorization")
+    assert factorization.detail == "16 GPUs; no GPU count found within the work limit"
+    assert not diagnosis.complete and diagnosis.stopped_by == "work limit"
+    assert "gpus" not in {fix.quantity for fix in diagnosis.relaxations}
+
+
+def test_the_same_infeasible_problem_twice_gives_the_same_diagnosis() -> None:
+    """Work limits, not the wall clock: the diagnosis (conflicts, numbers, fixes, strategies)
+    is the same on every run."""
+    model, system, job, gpus = ("gpt3-175b", "dgx-a100-80g", JobSpec(global_batch=64), 8)
+    first, second = (plan(model, system, job, gpus).diagnosis for _ in range(2))
+    assert first.model_dump(exclude={"wall_time_s"}) == second.model_dump(exclude={"wall_time_s"})
+    assert first.complete and any(fix.quantity == "gpus" for fix in first.relaxations)

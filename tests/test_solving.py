@@ -3,6 +3,8 @@ short hands its best solution on and changes no answer."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from ortools.sat.python import cp_model
 
@@ -252,3 +254,92 @@ def test_parts_left_when_the_budget_is_spent_are_not_started(limit, monkeypatch)
     solved = solve_parts(build, expert_parts(space), budget=budget)
     assert (solved.status, solved.bound, solved.models, solved.parts) == (FOUND, 0.0, 1, 4)
     assert solved.stopped_by == limit
+
+
+MAIN_JOB = [
+    "plan",
+    "--model",
+    "gpt3-175b",
+    "--system",
+    "dgx-a100-80g",
+    "--gpus",
+    "1024",
+    "--global-batch",
+    "1536",
+]
+"""The README's main job: proven optimal in 0.37 deterministic units."""
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    from planner.cli import main
+
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+@pytest.mark.parametrize(
+    ("limit", "code", "status", "stopped_by", "said"),
+    [
+        ([], 0, "optimal", None, "proven optimal"),
+        (["--work-limit", "0.01"], 0, "feasible", "work limit", "the work limit (0.01 units)"),
+        (["--work-limit", "0.001"], 4, "unknown", "work limit", "the work limit (0.001 units)"),
+        (["--time-limit", "1e-6"], 4, "unknown", "time limit", "the time limit (1e-06 s)"),
+    ],
+    ids=["proven", "work-limited", "work-limited-none", "time-limited-none"],
+)
+def test_the_plan_says_which_limit_stopped_it(
+    capsys, as_json, limit, code, status, stopped_by, said
+) -> None:
+    """The exit code, the status and the limit that stopped the search (with the value set),
+    in the table and in --json; a time limit alone replaces the default work limit."""
+    exit_code, out = _cli(capsys, *MAIN_JOB, *limit, *(["--json"] if as_json else []))
+    assert exit_code == code
+    if not as_json:
+        assert said in " ".join(out.split())
+        return
+    solver = json.loads(out)["solver"]
+    assert (solver["status"], solver["stopped_by"]) == (status, stopped_by)
+    work_limit = float(limit[1]) if limit[:1] == ["--work-limit"] else None
+    time_limit = float(limit[1]) if limit[:1] == ["--time-limit"] else None
+    assert solver["work_limit"] == (work_limit or (None if time_limit else 60.0))
+    assert solver["time_limit_s"] == time_limit
+    assert 0 <= solver["work_units"] <= (work_limit or 60.0) + 0.01
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--work-limit", "0"], "--work-limit"),
+        (["--work-limit", "-1"], "--work-limit"),
+        (["--work-limit", "inf"], "--work-limit"),
+        (["--time-limit", "0"], "--time-limit"),
+    ],
+)
+def test_a_limit_out_of_range_is_one_line_and_exit_2(capsys, flags, message) -> None:
+    from planner.cli import main
+
+    assert main([*MAIN_JOB, *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_plan_refuses_no_limit_at_all() -> None:
+    from planner.errors import InputError
+    from planner.plan import plan
+
+    with pytest.raises(InputError, match="--work-limit"):
+        plan("gpt3-175b", "dgx-a100-80g", JobSpec(global_batch=1536), 1024, work_limit=None)
+
+
+def test_the_same_input_twice_gives_the_same_answer_even_when_cut_short() -> None:
+    """Deterministic work limits: a search cut short stops at the same point every time, so
+    the same input gives the same strategy, status and objective."""
+    from planner.plan import plan
+
+    job = JobSpec(global_batch=1536)
+    runs = [plan("gpt3-175b", "dgx-a100-80g", job, 1024, work_limit=0.02) for _ in range(2)]
+    assert runs[0].status == runs[1].status == "feasible"
+    assert runs[0].strategy == runs[1].strategy
+    assert runs[0].solver.objective_step_s == runs[1].solver.objective_step_s
+    assert runs[0].solver.bound_step_s == runs[1].solver.bound_step_s
