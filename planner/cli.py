@@ -833,6 +833,10 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         raise InputError("plan needs --gpus (how many GPUs to plan for)")
     pins = dict(parse_pin(text) for text in args.pin)
     target = PerformanceTarget(max_step_s=args.max_step_time, min_mfu=args.min_mfu)
+    if args.emit:  # only what the format runs; its configuration reads back as the plan
+        from planner.launch.restrict import plan_for
+
+        plan = lambda *a, **k: plan_for(args.emit, *a, **k)  # noqa: E731
     result = plan(
         model,
         system,

@@ -17,12 +17,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hardware_catalog import load_stack
 from planner import launch
-from planner.api import as_model, as_system
+from planner.api import as_model, as_system, evaluate
 from planner.cli import main
+from planner.errors import InputError
 from planner.rules import divisors, strategy_violations
 from planner.search_space import stage_layouts
-from planner.specs import JobSpec, Strategy
+from planner.specs import OFFLOAD_STEPS, PLACEMENT_CODES, JobSpec, Strategy
 from tests.test_startup import HEAVY, PROBE
 
 HERE = Path(__file__).parent
@@ -476,3 +478,192 @@ def test_compare_without_from(capsys: pytest.CaptureFixture[str]) -> None:
     argv += ["--global-batch", "64", "--tp", "8", "--recompute", "full", "--compare"]
     compare = _json(capsys, argv)["compare"]
     assert compare["speedup"] >= 1 and compare["changes"]
+
+
+NO_EFFECT = {
+    "sequence_parallel": lambda s: s.tp == 1,
+    "tp_overlap": lambda s: s.tp == 1,
+    "expert_tp": lambda s: s.tp == 1,
+    "zero_stage": lambda s: s.dp * s.cp == 1,
+    "dp_overlap": lambda s: s.dp * s.cp == 1,
+}
+"""Knobs a configuration may read back differently where they have no effect (evaluate then
+gives the same estimate, which the tests check)."""
+
+
+def _pinned(strategy: Strategy, part: dict[str, int]) -> Strategy:
+    """``strategy`` with a restriction part's pins applied (as plan --pin reads them)."""
+    placements = {code: name for name, code in PLACEMENT_CODES.items()}
+    update: dict[str, object] = {}
+    for knob, value in part.items():
+        if knob == "placement":
+            update[knob] = placements[value]
+        elif knob == "recompute_layers":
+            update[knob] = value or None
+        elif knob in ("sequence_parallel", "dp_overlap", "tp_overlap"):
+            update[knob] = bool(value)
+        elif knob.endswith("_fraction"):
+            update[knob] = value / OFFLOAD_STEPS
+        else:
+            update[knob] = value
+        if knob.startswith("offload") and not knob.endswith("_fraction") and value == 0:
+            update[f"{knob}_fraction"] = 1.0
+    return Strategy.model_validate(strategy.model_copy(update=update).model_dump())
+
+
+@st.composite
+def admitted(draw: st.DrawFn, fmt: str) -> tuple:
+    """A valid (model, job, strategy) inside what ``fmt`` runs (its restriction)."""
+    model, job, strategy = draw(problems(fmt))
+    system = as_system(OFFLOAD_SYSTEM)
+    try:
+        restriction = launch.format_module(fmt).restriction(model, system, job)
+    except InputError:  # torchtitan: bf16 gradients or materialized attention (tested below)
+        assume(False)
+    part = draw(st.sampled_from(restriction.parts))
+    strategy = _pinned(strategy, part)
+    assume(not strategy_violations(model, system, job, strategy))
+    assert restriction.admits(strategy)
+    return model, job, strategy
+
+
+def _check_exact_round_trip(fmt: str, problem: tuple) -> None:
+    """emit → read → evaluate gives the same model, job, estimate, and the same strategy but
+    for knobs without effect; the configuration needs no note about any other knob."""
+    model, job, strategy = problem
+    system = as_system(OFFLOAD_SYSTEM)
+    emitted = launch.emit(fmt, model, system, job, strategy)
+    back = launch.read(fmt, emitted.text, system)
+    assert back.model == model and back.gpus == strategy.gpus and back.strategy is not None
+    assert job.model_copy(update=back.job) == job, (back.job, job)
+    ours = evaluate(model, system, job, strategy)
+    theirs = evaluate(back.model, system, job, back.strategy)
+    assert (theirs.step_time_s, theirs.memory_gib) == (ours.step_time_s, ours.memory_gib)
+    for knob in Strategy.model_fields:
+        if getattr(back.strategy, knob) != getattr(strategy, knob):
+            assert knob in NO_EFFECT and NO_EFFECT[knob](strategy), (knob, strategy.describe())
+    for note in emitted.notes:
+        knob = note.split(" ")[0].rstrip(":")
+        assert knob not in Strategy.model_fields or knob in NO_EFFECT, (note, strategy.describe())
+
+
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_what_a_format_runs_reads_back_exactly(fmt: str) -> None:
+    """Issue 40: every strategy inside a format's restriction (what plan --emit searches)
+    reads back to the same step time, memory and strategy."""
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(admitted(fmt))
+    def check(problem: tuple) -> None:
+        _check_exact_round_trip(fmt, problem)
+
+    check()
+
+
+REPRODUCER = ["--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "512"]
+REPRODUCER += ["--global-batch", "1024", "--pin", "tp_overlap=false"]
+"""Issue 40: plan reported 14.83 s with ZeRO-1; --emit torchtitan wrote ZeRO-2 (18.99 s)."""
+SMALL_PLAN = ["--model", "llama3-8b", "--system", OFFLOAD_SYSTEM, "--gpus", "16"]
+SMALL_PLAN += ["--global-batch", "64"]
+
+
+@pytest.mark.parametrize("problem", [REPRODUCER, SMALL_PLAN], ids=["reproducer", "offload"])
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_plan_emit_reads_back_as_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, problem: list[str]
+) -> None:
+    """plan --emit FMT, then evaluate --from FMT on what it wrote: the same strategy, job and
+    step time (table and --json); the restriction is stated in solver.caps."""
+    plan_json = _json(capsys, ["plan", *problem, "--emit", fmt])
+    assert plan_json["status"] == "optimal"
+    assert any(cap.startswith(f"--emit {fmt}: ") for cap in plan_json["solver"]["caps"])
+    path = tmp_path / f"plan.{fmt}"
+    path.write_text(plan_json["launch"]["text"], encoding="utf-8")
+    system = problem[problem.index("--system") + 1]
+    back = _json(capsys, ["evaluate", "--from", fmt, str(path), "--system", system])
+    assert back["strategy"] == plan_json["strategy"]
+    assert back["job"] == _resolved(plan_json["job"], plan_json["model"])
+    assert back["estimate"]["step_time_s"] == plan_json["estimate"]["step_time_s"]
+    assert back["estimate"]["memory_gib"] == plan_json["estimate"]["memory_gib"]
+    assert main(["plan", *problem, "--emit", fmt]) == OK
+    out = capsys.readouterr().out
+    assert plan_json["launch"]["text"].splitlines()[-1] in out
+    assert f"--emit {fmt}: " in " ".join(out.split())
+
+
+def _resolved(job: dict, model: str) -> dict:
+    """The job with the fields it leaves to the model and the stack filled in (a launch
+    configuration states them)."""
+    defaults = {
+        "seq_len": as_model(model).seq_len,
+        "grad_dtype": load_stack(job["stack"]).grad_dtype,
+    }
+    return {k: defaults[k] if v is None and k in defaults else v for k, v in job.items()}
+
+
+def test_reproducer_without_emit_is_faster_than_torchtitan_can_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The unrestricted plan (ZeRO-1) is faster than anything torchtitan runs; the torchtitan
+    plan is the best of what it runs, not ZeRO-1 relabelled (issue 40's 18.99 s)."""
+    free = _json(capsys, ["plan", *REPRODUCER])
+    titan = _json(capsys, ["plan", *REPRODUCER, "--emit", "torchtitan"])
+    assert free["strategy"]["zero_stage"] == 1
+    assert titan["strategy"]["zero_stage"] in (0, 2, 3)
+    free_s, titan_s = free["estimate"]["step_time_s"], titan["estimate"]["step_time_s"]
+    assert free_s <= titan_s
+    relabelled = Strategy(**free["strategy"]).model_copy(update={"zero_stage": 2})
+    job = JobSpec(global_batch=1024)
+    assert titan_s <= evaluate("llama3-70b", "dgx-h100", job, relabelled).step_time_s
+
+
+def _refused_cases() -> dict[str, list[str]]:
+    problem = ["plan", *SMALL_PLAN]
+    return {
+        "pin ZeRO-1 for torchtitan": [*problem, "--pin", "zero_stage=1", "--emit", "torchtitan"],
+        "pin weight offload for megatron": [*problem, "--pin", "offload_weights=1", "--emit",
+                                            "megatron"],
+        "pin tp-pp-dp for nemo": [*problem, "--pin", "placement=tp-pp-dp", "--emit", "nemo"],
+        "bf16 gradients for torchtitan": [*problem, "--grad-dtype", "bf16", "--emit",
+                                          "torchtitan"],
+        "materialized attention for torchtitan": [*problem, "--attention", "materialized",
+                                                  "--emit", "torchtitan"],
+        "MoE without a torchtitan flavor": ["plan", "--model", "mixtral-8x7b", "--system",
+                                            "dgx-h100", "--gpus", "64", "--global-batch", "64",
+                                            "--emit", "torchtitan"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+@pytest.mark.parametrize("name", list(_refused_cases()))
+def test_plan_emit_refuses_what_the_format_cannot_run(
+    capsys: pytest.CaptureFixture[str], name: str, as_json: bool
+) -> None:
+    argv = _refused_cases()[name]
+    assert main([*argv, "--json"] if as_json else argv) == BAD
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("planner: error: ") and err.count("\n") == 1, err
+    assert "--emit" in err or "torchtitan" in err
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_plan_emit_infeasible_only_for_the_format(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """llama3-70b on 8 GPUs fits only with CPU offloading, which torchtitan's plan leaves out:
+    exit 3, the format is the conflict and planning without it the verified fix."""
+    argv = ["plan", "--model", "llama3-70b", "--system", OFFLOAD_SYSTEM, "--gpus", "8"]
+    argv += ["--global-batch", "16", "--emit", "torchtitan"]
+    assert main([*argv, "--json"] if as_json else argv) == INFEASIBLE
+    out, err = capsys.readouterr()
+    assert err == ""
+    if as_json:
+        payload = json.loads(out)
+        assert payload["launch"] is None and payload["strategy"] is None
+        (conflict,) = payload["diagnosis"]["conflicts"]
+        assert conflict["family"] == "launch:torchtitan"
+        (fix,) = payload["diagnosis"]["relaxations"]
+        assert fix["verified"] and fix["strategy"]["offload_weights"] == 1
+    else:
+        assert "--emit torchtitan: only the strategies torchtitan can run" in out
+        assert "without --emit torchtitan" in out

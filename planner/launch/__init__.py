@@ -4,7 +4,9 @@ configuration, and read such a configuration into a model, job fields, strategy 
 Each format module (``megatron``, ``nemo``, ``torchtitan``) holds one knob ↔ flag/key table with
 the version of the framework it was taken from (DESIGN.md §9); emitting then reading gives back
 the same strategy for every knob the framework can express (tests/test_launch.py), and the
-``notes`` name each knob it cannot.
+``notes`` name each knob it cannot. ``plan --emit`` searches only what the framework can run
+(each module's ``restriction``, planner.launch.restrict.plan_for): its configuration reads back
+as the plan's strategy and step time (tests/test_launch.py).
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ from planner.launch import megatron, nemo, torchtitan
 from planner.launch.common import LaunchConfig, Parsed, settle
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
-__all__ = ["FORMATS", "LaunchConfig", "emit", "read", "read_source"]
+__all__ = ["FORMATS", "LaunchConfig", "emit", "format_module", "read", "read_source"]
 
 FORMATS: dict[str, ModuleType] = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan}
-"""The launch formats by name: each module has ``FORMAT``, ``VERSION``, ``emit``, ``read`` and
-``MISSING_HINT`` (where the configuration gives each model dimension)."""
+"""The launch formats by name: each module has ``FORMAT``, ``VERSION``, ``emit``, ``read``,
+``restriction`` (what it can run, for plan --emit) and ``MISSING_HINT`` (where the
+configuration gives each model dimension)."""
 
 
-def _format(name: str) -> ModuleType:
+def format_module(name: str) -> ModuleType:
+    """The module of launch format ``name``; an InputError naming the allowed ones."""
     if name not in FORMATS:
         raise InputError(f"launch format {name!r} is unknown; allowed: {', '.join(FORMATS)}")
     return FORMATS[name]
@@ -41,7 +45,7 @@ def emit(
     that leaves its gradient dtype to the stack is emitted with the stack's."""
     if job.grad_dtype is None:
         job = job.model_copy(update={"grad_dtype": load_stack(job.stack).grad_dtype})
-    return _format(fmt).emit(model, system, job, strategy)
+    return format_module(fmt).emit(model, system, job, strategy)
 
 
 def read(
@@ -53,7 +57,7 @@ def read(
 ) -> LaunchConfig:
     """Read a configuration of ``fmt``. ``gpus`` must agree with the configuration's count where
     it states one; ``model`` replaces the configuration's shape (a note says where they differ)."""
-    module = _format(fmt)
+    module = format_module(fmt)
     reader: Callable[[str, SystemSpec], Parsed] = module.read
     return settle(reader(text, system), system, gpus, model, module.MISSING_HINT)
 

@@ -21,7 +21,15 @@ import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
 from planner.quantities import OFFLOAD_STEPS
-from planner.specs import MODEL_NAMING_FIELDS, ModelSpec, Strategy, SystemSpec
+from planner.specs import (
+    MODEL_NAMING_FIELDS,
+    OFFLOAD_KINDS,
+    PLACEMENT_CODES,
+    RECOMPUTE_CODES,
+    ModelSpec,
+    Strategy,
+    SystemSpec,
+)
 
 NOT_SHAPE_FIELDS = (*MODEL_NAMING_FIELDS, "seq_len")
 SHAPE_FIELDS = tuple(name for name in ModelSpec.model_fields if name not in NOT_SHAPE_FIELDS)
@@ -32,6 +40,12 @@ sequence, so a field added to ModelSpec takes part without being listed twice.""
 HOST_WORDS = ("host", "cpu", "ddr", "dram")
 MAX_WHOLE = 2**63 - 1
 """The largest whole number a configuration may state (any field then checks its own range)."""
+PIN_FIELDS = (
+    "tp", "cp", "pp", "dp", "ep", "expert_tp", "micro_batch", "interleave", "zero_stage",
+    "sequence_parallel", "dp_overlap", "tp_overlap",
+    *(f"offload_{kind}" for kind in OFFLOAD_KINDS),
+)  # fmt: skip
+"""The Strategy fields a --pin of the same name states as a whole number."""
 Number = TypeVar("Number", int, float, int | None, float | None)
 
 
@@ -197,6 +211,94 @@ def host_offloads(
                 "CPU memory only — not expressible, left out"
             )
     return to_host, notes
+
+
+Pins = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """What a framework can run: the union of ``parts`` (each extra pins on the plan's space;
+    one empty part: the whole space), with one line per value left out (``caps``)."""
+
+    parts: tuple[Pins, ...] = ({},)
+    caps: tuple[str, ...] = ()
+
+    def times(self, alternatives: tuple[Pins, ...], cap: str | None = None) -> Restriction:
+        """Every part combined with each of ``alternatives`` (a knob's allowed values, as
+        pins), and ``cap`` stated."""
+        parts = tuple(part | extra for part in self.parts for extra in alternatives)
+        return Restriction(parts, self.caps + ((cap,) if cap else ()))
+
+    def pinned(self, pins: Pins, cap: str | None = None) -> Restriction:
+        """Every part with ``pins`` added, and ``cap`` stated."""
+        return self.times((pins,), cap)
+
+    def admits(self, strategy: Strategy) -> bool:
+        """Whether every pin of some part holds for ``strategy`` (read as plan's --pin)."""
+        values = pin_values(strategy)
+        return any(all(values[k] == v for k, v in part.items()) for part in self.parts)
+
+
+def pin_values(strategy: Strategy) -> Pins:
+    """Each pinnable knob's value in ``strategy``, coded as a --pin gives it (recompute and
+    placement by their codes, booleans 0/1, no partial recompute 0, offload shares in
+    eighths)."""
+    values = {
+        name: int(value)
+        for name, value in strategy.model_dump().items()
+        if isinstance(value, int | bool) and name in PIN_FIELDS
+    }
+    values |= {
+        "recompute": RECOMPUTE_CODES[strategy.recompute],
+        "placement": PLACEMENT_CODES[strategy.placement],
+        "recompute_layers": strategy.recompute_layers or 0,
+    }
+    for kind in OFFLOAD_KINDS:
+        share = getattr(strategy, f"offload_{kind}_fraction")
+        values[f"offload_{kind}_fraction"] = round(share * OFFLOAD_STEPS)
+    return values
+
+
+NO_OFFLOAD: Pins = {f"offload_{kind}": 0 for kind in OFFLOAD_KINDS}
+"""Pins that keep every tensor class in HBM."""
+
+
+def host_offload_only(system: SystemSpec, knob: str, whole: bool) -> tuple[Pins, ...]:
+    """The values of offload knob ``knob`` a framework with CPU offloading only can take: none,
+    or the system's host-memory tier (the whole class where ``whole``). One alternative where
+    that is already the whole domain (no offload tier, or the host tier the only one, shares
+    free)."""
+    host = host_tier(system)
+    tiers = len(system.memory_tiers) - 1
+    if host is None:
+        return ({knob: 0},) if tiers else ({},)
+    in_host: Pins = {knob: host} | ({f"{knob}_fraction": OFFLOAD_STEPS} if whole else {})
+    if tiers == 1 and not whole:
+        return ({},)
+    return ({knob: 0}, in_host)
+
+
+def megatron_core_restriction(
+    system: SystemSpec, placements: tuple[Pins, ...], placement_cap: str
+) -> Restriction:
+    """What Megatron-LM and NeMo (both Megatron-Core) run of planner's space: the rank orders
+    ``placements`` allows; sequence parallelism on (TransformerConfig: tp_comm_overlap needs
+    it); no weight or activation offloading (cpu_offloading moves whole layers, and
+    TransformerConfig refuses it with pipeline parallelism or recompute); the optimizer state
+    offloaded, any share, to host memory only (optimizer_cpu_offload)."""
+    optimizer = host_offload_only(system, "offload_optimizer", whole=False)
+    restricted = Restriction().times(placements, placement_cap)
+    restricted = restricted.pinned(
+        {"offload_weights": 0, "offload_activations": 0, "sequence_parallel": 1},
+        "sequence parallelism on (TP communication overlap needs it); no weight or activation "
+        "offloading (cpu_offloading moves whole layers, and Megatron-Core refuses it with "
+        "pipeline parallelism or recompute)",
+    )
+    if optimizer == ({},):
+        return restricted
+    where = "the host-memory tier only" if len(optimizer) > 1 else "nowhere (no host tier)"
+    return restricted.times(optimizer, f"optimizer state offloaded to {where}")
 
 
 EXPERT_COUNTS = (

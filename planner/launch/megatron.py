@@ -57,6 +57,13 @@ Mapping (planner knob ↔ flags):
   --untie-embeddings-and-output-weights --hidden-dropout --attention-dropout
   --padded-vocab-size`` (``--vocab-size``, or the GPT-2 BPE files' 50,257 tokens, are padded
   to a multiple of ``--make-vocab-size-divisible-by`` × tp as Megatron does).
+
+What ``plan --emit megatron`` searches (``restriction``; planner.launch.restrict): every knob
+above round-trips, but Megatron-Core refuses some combinations, so the plan leaves out
+``--use-tp-pp-dp-mapping`` with Megatron-FSDP (ZeRO-2/3), sequence parallelism off with tp > 1
+(``--tp-comm-overlap`` needs it), weight and activation offloading (``--cpu-offloading`` moves
+whole layers, and TransformerConfig refuses it with pipeline parallelism or recompute), and
+optimizer offloading to a tier other than host memory; the report states each in its caps.
 """
 
 from __future__ import annotations
@@ -70,10 +77,12 @@ from planner.launch.common import (
     EXPERT_COUNTS,
     LaunchConfig,
     Parsed,
+    Restriction,
     bounded_whole,
     finite,
     host_offloads,
     in_range,
+    megatron_core_restriction,
     place_on_host,
     positive,
     read_experts,
@@ -157,6 +166,18 @@ MISSING_HINT = {
     "ffn_hidden": FLAGS["ffn_hidden"],
     "vocab": "--padded-vocab-size, --vocab-size or --vocab-file",
 }
+
+
+def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restriction:
+    """The strategies Megatron-LM runs (common.megatron_core_restriction): any rank order, but
+    --use-tp-pp-dp-mapping only with ZeRO ≤ 1 (Megatron-FSDP does not take it)."""
+    placements = (
+        {"placement": 0},
+        {"placement": 1, "zero_stage": 0},
+        {"placement": 1, "zero_stage": 1},
+    )
+    cap = "--use-tp-pp-dp-mapping with ZeRO-0/1 only (Megatron-FSDP does not take it)"
+    return megatron_core_restriction(system, placements, cap)
 
 
 def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:

@@ -35,6 +35,11 @@ experts ↔ ``model.config.num_moe_experts``, ``moe_router_topk``, ``moe_ffn_hid
 ``model.config.multi_latent_attention``, ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
 ``qk_pos_emb_head_dim``, ``v_head_dim`` (nemo/collections/llm/gpt/model/deepseek.py,
 ``DeepSeekConfig``: an MLATransformerConfig, so these apply to the deepseek_v3 recipe).
+
+What ``plan --emit nemo`` searches (``restriction``; planner.launch.restrict): as for
+Megatron-LM (the same Megatron-Core checks: sequence parallelism on with tp > 1, no weight or
+activation offloading, the optimizer offloaded to host memory only), in the default rank order:
+NeMo has no key for ``use_tp_pp_dp_mapping``.
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ from planner.launch.common import (
     EXPERT_COUNTS,
     LaunchConfig,
     Parsed,
+    Restriction,
     bounded_whole,
     finite,
     host_offloads,
+    megatron_core_restriction,
     place_on_host,
     positive,
     read_experts,
@@ -145,6 +152,13 @@ MAX_DEPTH = 8
 """Levels of nesting read as dotted keys (the recipe keys have at most four)."""
 KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
 MISSING_HINT = {knob: KEYS[knob] for knob in ("hidden", "layers", "heads", "ffn_hidden", "vocab")}
+
+
+def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restriction:
+    """The strategies a NeMo recipe runs (common.megatron_core_restriction), in the default
+    rank order (NeMo has no key for Megatron-Core's use_tp_pp_dp_mapping)."""
+    cap = "the default rank order (no NeMo key for use_tp_pp_dp_mapping)"
+    return megatron_core_restriction(system, ({"placement": 0},), cap)
 
 
 def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:

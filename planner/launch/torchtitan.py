@@ -12,10 +12,13 @@ or cp > 1, HSDP with a replicate degree too, DDP only alone) and
 
 Mapping (planner knob ↔ key): tp, pp, cp ↔ ``parallelism.tensor_parallel_degree``,
 ``pipeline_parallel_degree``, ``context_parallel_degree``; dp and zero_stage ↔
-``data_parallel_shard_degree`` (FSDP2: ZeRO-3; with ``fsdp_reshard_after_forward = "never"``
-the parameters stay gathered from forward to backward, ZeRO-2 as PyTorch's ``fully_shard``
-documents) and ``data_parallel_replicate_degree`` (DDP: ZeRO-0; with a shard degree too, HSDP,
-read as ZeRO-3 over all of dp); ZeRO-1 has no torchtitan equivalent. micro_batch ↔
+``data_parallel_shard_degree`` (FSDP2 over dp·cp, torchtitan's fsdp mesh dp_shard × cp, so
+any cp > 1 shards too: ``fsdp_reshard_after_forward = "always"`` ZeRO-3; ``"never"`` keeps the
+parameters gathered from forward to backward, ZeRO-2 as PyTorch's ``fully_shard`` documents;
+``"default"`` is "never" with pp > 1, else "always", and is read so but not emitted) and
+``data_parallel_replicate_degree`` (DDP: ZeRO-0, only without TP, CP and PP; with a shard
+degree too, HSDP, read as ZeRO-2/3 over all of dp); ZeRO-1 has no torchtitan equivalent.
+micro_batch ↔
 ``pipeline_parallel_microbatch_size`` with pp (``training.local_batch_size`` = global batch / dp),
 ``training.local_batch_size`` without (gradient accumulation up to ``training.global_batch_size``);
 interleave ↔ ``pipeline_parallel_schedule = "Interleaved1F1B"`` with
@@ -30,6 +33,14 @@ read too); grad_dtype ↔ ``training.mixed_precision_reduce`` (``float32`` only)
 ``parallelism.expert_parallel_degree``, expert_tp ↔ ``expert_tensor_parallel_degree`` (1, or
 the TP degree: planner's 0; ``torchtitan/distributed/parallel_dims.py`` allows no other) for
 the MoE flavor torchtitan has (deepseek_v3 671B; other MoE models have none, and are refused).
+
+What ``plan --emit torchtitan`` searches (``restriction``; planner.launch.restrict): ZeRO-2 or
+ZeRO-3 (FSDP2), or ZeRO-0 as DDP without TP, CP and PP; no ZeRO-1. Sequence parallelism on
+(with tp > 1 torchtitan always shards the norms), DP overlap on where the stack overlaps, the
+default rank order, no partial recompute (torchtitan recomputes every block or every N-th),
+no offloading (``enable_cpu_offload`` moves parameters, gradients and optimizer state together
+and only under FSDP; torchtitan has no activation offloading), expert TP = TP. The job must
+reduce gradients in fp32 and use flash attention (torchtitan has no other): otherwise an error.
 """
 
 from __future__ import annotations
@@ -41,9 +52,11 @@ import hardware_catalog
 from planner import limits as lim
 from planner.errors import InputError
 from planner.launch.common import (
+    NO_OFFLOAD,
     SHAPE_FIELDS,
     LaunchConfig,
     Parsed,
+    Restriction,
     host_offloads,
     host_tier,
     in_range,
@@ -105,10 +118,45 @@ SINGLE_STAGE = ("1F1B", "GPipe")
 """Schedules with one stage per rank (PipelineScheduleSingle); the others are multi-stage."""
 
 
-def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:
-    """The plan as a torchtitan job TOML."""
-    s = strategy
-    notes: list[str] = []
+def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restriction:
+    """The strategies torchtitan runs (the module docstring); the job's fields it cannot run
+    and a MoE or latent-attention model without a flavor are InputErrors."""
+    _flavor(model)
+    grad_dtype = job.grad_dtype or hardware_catalog.load_stack(job.stack).grad_dtype
+    if grad_dtype != "fp32":
+        raise InputError(
+            f"--emit torchtitan: grad_dtype = {grad_dtype} (the job's or its stack's): torchtitan "
+            "reduces gradients in float32 only; allowed: --grad-dtype fp32"
+        )
+    if job.attention != "flash":
+        raise InputError(
+            f"--emit torchtitan: attention = {job.attention}: torchtitan runs SDPA / flex "
+            "attention only; allowed: --attention flash"
+        )
+    zero = (
+        {"zero_stage": 2},
+        {"zero_stage": 3},
+        {"zero_stage": 0, "tp": 1, "cp": 1, "pp": 1},
+    )
+    fixed = NO_OFFLOAD | {"sequence_parallel": 1, "recompute_layers": 0, "placement": 0}
+    if hardware_catalog.load_stack(job.stack).dp_overlap:
+        fixed["dp_overlap"] = 1
+    if model.is_moe:
+        fixed["expert_tp"] = 0
+    caps = [
+        "ZeRO-2/3 (FSDP2), or ZeRO-0 as DDP without TP, CP and PP (no ZeRO-1)",
+        "sequence parallelism on, DP overlap on, the default rank order",
+        "no partial recompute, no offloading (enable_cpu_offload moves parameters, gradients "
+        "and optimizer state together, under FSDP only)",
+    ]
+    if model.is_moe:
+        caps.append("expert TP = TP")
+    return Restriction().times(zero, caps[0]).pinned(fixed, "; ".join(caps[1:]))
+
+
+def _flavor(model: ModelSpec) -> tuple[str, str] | None:
+    """The torchtitan flavor of ``model``; None for a dense model that has none (its shape
+    must be added to llama3_args); an InputError for a MoE or latent-attention one."""
     flavor = next((key for key, name in FLAVORS.items() if name == model.name), None)
     if flavor is None and (model.is_moe or model.is_latent_attention):
         kind = "mixture-of-experts" if model.is_moe else "latent-attention"
@@ -117,6 +165,14 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
             "flavor (the MoE flavor planner maps: deepseek_v3 671B); allowed: --emit megatron, "
             "--emit nemo"
         )
+    return flavor
+
+
+def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:
+    """The plan as a torchtitan job TOML."""
+    s = strategy
+    notes: list[str] = []
+    flavor = _flavor(model)
     if flavor is None:
         flavor = ("llama3", model.name)
         notes.append(
@@ -211,24 +267,29 @@ def _toml(value: object) -> str:
 
 
 def _data_parallel(s: Strategy, notes: list[str]) -> tuple[int, int, str]:
-    """(replicate degree, shard degree, fsdp_reshard_after_forward) for dp and zero_stage."""
-    if s.dp == 1:
+    """(replicate degree, shard degree, fsdp_reshard_after_forward) for dp and zero_stage.
+    FSDP2 shards over dp·cp (torchtitan's fsdp mesh is dp_shard × cp) and reshards after the
+    forward ("always": ZeRO-3) or keeps the parameters to the backward ("never": ZeRO-2;
+    "default" is "never" with pp > 1, so it is not emitted); DDP (the replicate degree) runs
+    only without TP, CP and PP."""
+    if s.dp * s.cp == 1:
         if s.zero_stage:
-            notes.append(f"zero_stage = {s.zero_stage}: no data parallelism to shard over (dp = 1)")
+            notes.append(f"zero_stage = {s.zero_stage}: no data parallelism to shard over")
         return 1, 1, "default"
-    if s.zero_stage == 0:
-        if s.gpus != s.dp:
-            notes.append(
-                "zero_stage = 0: torchtitan's DDP (data_parallel_replicate_degree) runs only "
-                "without TP, PP and CP (parallelize.py: 'DDP has not supported > 1D parallelism')"
-            )
+    if s.zero_stage == 0 and s.tp == s.cp == s.pp == 1:
         return s.dp, 1, "default"
+    if s.zero_stage == 0:
+        notes.append(
+            "zero_stage = 0: torchtitan's DDP (data_parallel_replicate_degree) runs only "
+            "without TP, CP and PP (parallelize.py: 'DDP has not supported > 1D parallelism'); "
+            "emitted as ZeRO-2 (FSDP2, fsdp_reshard_after_forward = never)"
+        )
     if s.zero_stage == 1:
         notes.append(
             "zero_stage = 1: no torchtitan equivalent (FSDP2 shards gradients too); emitted as "
             "ZeRO-2 (fsdp_reshard_after_forward = never)"
         )
-    return 1, s.dp, "default" if s.zero_stage == 3 else "never"
+    return 1, s.dp, "always" if s.zero_stage == 3 else "never"
 
 
 def _offload(s: Strategy, system: SystemSpec, notes: list[str]) -> bool:
@@ -300,7 +361,7 @@ def read(text: str, system: SystemSpec) -> Parsed:
     _read_model(keys, parsed)
     _read_experts(keys, parsed, tp)
     _read_batch(keys, parsed, pp)
-    _read_data_parallel(keys, parsed)
+    _read_data_parallel(keys, parsed, tp, pp)
     _read_pipeline(keys, parsed, pp)
     _read_recompute(keys, parsed)
     _read_job(keys, parsed)
@@ -383,7 +444,11 @@ def _read_batch(keys: _Keys, parsed: Parsed, pp: int) -> None:
     parsed.job["seq_len"] = seq
 
 
-def _read_data_parallel(keys: _Keys, parsed: Parsed) -> None:
+def _read_data_parallel(keys: _Keys, parsed: Parsed, tp: int, pp: int) -> None:
+    """dp and zero_stage: FSDP2 wherever the shard degree (-1: the GPUs left) or cp exceeds 1,
+    ZeRO-3 when it reshards after the forward ("always", or "default" without pp), else
+    ZeRO-2; DDP (a replicate degree alone) is ZeRO-0 and refuses TP and PP, as torchtitan
+    does."""
     replicate = keys.get("replicate", int, 1)
     shard = keys.get("shard", int, -1)
     if replicate < 1 or (shard < 1 and shard != -1):
@@ -396,18 +461,26 @@ def _read_data_parallel(keys: _Keys, parsed: Parsed) -> None:
         raise InputError(
             f"torchtitan key {KEYS['reshard']} = {shown(reshard)}: allowed: default, always, never"
         )
-    if shard == 1:
+    if shard == 1 and parsed.knobs["cp"] == 1:
+        if replicate > 1 and max(tp, pp) > 1:
+            raise InputError(
+                f"torchtitan keys {KEYS['replicate']} = {replicate}, {KEYS['shard']} = 1 (DDP) "
+                "with tensor or pipeline parallelism: torchtitan refuses it ('DDP has not "
+                "supported > 1D parallelism'); allowed: a shard degree > 1 (FSDP2)"
+            )
         parsed.knobs["zero_stage"] = 0
     else:
-        parsed.knobs["zero_stage"] = 2 if reshard == "never" else 3
+        gathered = reshard == "never" or (reshard == "default" and pp > 1)
+        parsed.knobs["zero_stage"] = 2 if gathered else 3
     if shard != -1:
         parsed.dp = replicate * shard
     else:
         parsed.dp_multiple = replicate
-    if replicate > 1 and shard != 1:
+    if replicate > 1 and parsed.knobs["zero_stage"]:
         parsed.notes.append(
-            "zero_stage: HSDP (replicate and shard degrees) read as ZeRO-3 over all of dp; "
-            "planner does not model sharding over a subgroup"
+            f"zero_stage: HSDP (replicate and shard degrees) read as ZeRO-"
+            f"{parsed.knobs['zero_stage']} over all of dp; planner does not model sharding over "
+            "a subgroup"
         )
 
 
