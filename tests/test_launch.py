@@ -397,16 +397,23 @@ def test_evaluate_from_does_not_import_the_solver() -> None:
     assert done.stdout.strip().splitlines()[-1] == "LOADED", done.stderr[-500:]
 
 
+ODD_NUMBERS = ["inf", "nan", "-inf", "1e400", "1000000000", "9" * 30, "0.5"]
+"""Numbers the fuzz run of issue 40 broke the readers with (infinity, 10⁹ stages or layers,
+integers past 64 bits)."""
 MEGATRON_WORDS = [
     *launch.megatron.FLAGS.values(), "torchrun", "--nnodes", "--nproc-per-node", "pretrain_gpt.py",
     "--fp16", "--checkpoint-activations", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "optim", "--cpu-offloading", "full", "selective",
     "block", "0", "1", "2", "8", "-3", "96", "4096", "x", "'", "#",
+    *ODD_NUMBERS, "--optimizer-offload-fraction", "--optimizer-cpu-offload", "--num-experts",
+    "--moe-layer-freq", "[1]*1000000000", "--group-query-attention",
 ]  # fmt: skip
 VALUES = {
-    "nemo": ["0", "1", "2", "8", "true", "false", "null", "x", "[1]", "megatron", "full", "0.1"],
-    "torchtitan": ["0", "1", "2", "-1", "true", '"8B"', '"never"', '"op"', '"full"', "[1]"],
-}
+    "nemo": ["0", "1", "2", "8", "true", "false", "null", "x", "[1]", "megatron", "full", "0.1",
+             ".inf", ".nan", "{a: 1}", "{}", *ODD_NUMBERS[3:]],
+    "torchtitan": ["0", "1", "2", "-1", "true", '"8B"', '"never"', '"op"', '"full"', "[1]",
+                   "inf", "nan", "1000000000", "{a = 1}", "[[[[1]]]]", '"always"'],
+}  # fmt: skip
 """Odd and ordinary values for each key of the NeMo and torchtitan tables."""
 
 
