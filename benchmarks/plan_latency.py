@@ -26,9 +26,8 @@ from timing import timed
 
 import hardware_catalog
 from planner.cost.context import CostContext
-from planner.oracle import enumerate_strategies
+from planner.oracle import enumerate_strategies, raw_space
 from planner.plan import plan
-from planner.search_space import build_search_space
 from planner.specs import JobSpec
 
 SYSTEMS = ("dgx-h100", "h100-offload-512g")
@@ -82,7 +81,7 @@ def main() -> None:
                 hardware_catalog.load_system(system),
             )
             ctx = CostContext(spec_m, spec_s, job)
-            space = build_search_space(spec_m, spec_s, job, gpus)
+            space = raw_space(spec_m, spec_s, job, gpus)
             started = time.perf_counter()
             best = enumerate_strategies(ctx, space)
             elapsed = time.perf_counter() - started

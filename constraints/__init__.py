@@ -129,7 +129,7 @@ def build_plan_model(
     add_partial_recompute(variables)
     add_rank_order(variables)
     add_pins(variables)
-    add_canonical(variables)
+    add_canonical(variables, ctx.model)
     capacities = [tier.capacity_gib for tier in ctx.system.memory_tiers]
     memory_families = {"hbm"} | {f"offload{k}" for k in range(1, len(capacities))}
     fixed_memory = all(variables.always_on(name) for name in memory_families)

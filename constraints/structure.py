@@ -74,8 +74,7 @@ def add_divisibility(variables: Variables, model: ModelSpec, seq_len: int) -> No
         if not cp_allowed(value, seq_len):
             m.AddImplication(literal, chosen.Not())
     for value, chosen in zip(variables.domains["tp"], variables.onehot["tp"], strict=True):
-        kv_ok = model.kv_heads % value == 0 or value % model.kv_heads == 0
-        if model.heads % value or model.ffn_hidden % value or not kv_ok:
+        if not model.splits_over(value):
             m.AddImplication(literal, chosen.Not())
 
     interleaved = [
@@ -207,21 +206,55 @@ def add_pins(variables: Variables) -> None:
         variables.model.AddBoolOr([literal.Not(), *chosen])
 
 
-def add_canonical(variables: Variables) -> None:
-    """Knobs without effect take one value (not a family: it never excludes a distinct plan)."""
+def add_canonical(variables: Variables, model: ModelSpec) -> None:
+    """Knobs without effect take one value (not a family: it never excludes a distinct plan).
+
+    Why each cut keeps every step time and memory need (planner.search_space.canonical_mask
+    states the same cuts; tests/test_raw_oracle.py checks both against an enumeration of the
+    raw product of knob values, which applies none of them):
+
+    - tp = 1: sequence parallelism, TP overlap and expert TP change nothing. With t = 1 there
+      is no TP collective to overlap (tp_comm_s is 0), SP divides activations by t = 1, and the
+      expert TP codes 0 (= tp) and 1 both mean one rank. Kept off / 0.
+    - no replicated state (dp·cp = 1 and, for a mixture of experts, also tp = 1): ZeRO and DP
+      overlap change nothing. ZeRO shards the dense state over the dp·cp ranks that hold the
+      same weights and the routed experts over edp = tp·cp·dp/(ep·etp) ranks
+      (planner/cost/memory.py, step.py); with one rank in each group no shard is smaller, every
+      ring transfer and latency has (g−1) = 0 steps, so the DP exposure is 0 with or without
+      overlap. dp = 1 alone is not enough: context parallelism (and, for MoE, expert data
+      parallelism inside tp) still shard (issue 40). Kept at ZeRO 0, DP overlap on.
+    - placement: TP, PP, DP is the default order's twin when pp = 1 (both put the DP group on
+      t·c·d GPUs and there is no pipeline traffic) or when the state is not replicated (both
+      put the pipeline on t·c·p GPUs, and the DP groups move nothing). Kept at the default.
+    """
     m, pins = variables.model, variables.space.pins
     tp_one = variables.is_value("tp", 1)
-    dp_one = variables.is_value("dp", 1)
     if tp_one is not None:
         for knob in ("sequence_parallel", "tp_overlap", "expert_tp"):
             if knob not in pins:
                 m.AddImplication(tp_one, variables.onehot[knob][0])
+    single = _unreplicated(variables, model)
+    pp_one = variables.is_value("pp", 1)
     if "placement" not in pins and len(variables.domains["placement"]) > 1:
-        for one in (dp_one, variables.is_value("pp", 1)):
+        for one in (single, pp_one):
             if one is not None:
                 m.AddImplication(one, variables.onehot["placement"][0])
-    if dp_one is not None:
-        if "zero_stage" not in pins:
-            m.AddImplication(dp_one, variables.onehot["zero_stage"][0])
-        if "dp_overlap" not in pins and 1 in variables.domains["dp_overlap"]:
-            m.AddImplication(dp_one, variables.onehot["dp_overlap"][1])
+    if single is None:
+        return
+    if "zero_stage" not in pins:
+        m.AddImplication(single, variables.onehot["zero_stage"][0])
+    if "dp_overlap" not in pins and 1 in variables.domains["dp_overlap"]:
+        m.AddImplication(single, variables.onehot["dp_overlap"][1])
+
+
+def _unreplicated(variables: Variables, model: ModelSpec) -> cp_model.IntVar | None:
+    """The literal 'every rank holds its own state': dp = cp = 1, and tp = 1 for a mixture of
+    experts (add_canonical); None where the domains rule it out."""
+    knobs = ("dp", "cp", "tp") if model.is_moe else ("dp", "cp")
+    ones = [variables.is_value(knob, 1) for knob in knobs]
+    if any(one is None for one in ones):
+        return None
+    single = variables.model.NewBoolVar("unreplicated")
+    variables.model.AddBoolAnd(ones).OnlyEnforceIf(single)
+    variables.model.AddBoolOr([single, *(one.Not() for one in ones)])
+    return single

@@ -1,30 +1,55 @@
-"""The brute-force oracle: every strategy of the search space, evaluated by the vectorised cost
-model, filtered by the same rules and memory limits, ranked by step time.
+"""The brute-force oracle: every strategy of the raw product of knob values, evaluated by the
+vectorised cost model, filtered by the validity rules (planner.rules) and the memory limits only,
+ranked by step time.
 
 It is the reference the CP-SAT planner is tested against and the baseline of the latency
 benchmark; it is exponential in the number of knobs, so only small problems finish quickly.
+
+Its space (``raw_space``) is built here, not by planner.search_space: the solver's space drops
+values that have no effect (planner.search_space, constraints.structure.add_canonical) or that a
+rule forbids, and an oracle that shared those reductions could not check them (issue 40: a cut
+that fixed ZeRO at stage 0 whenever dp = 1 hid plans up to 4.4× faster from both). The raw space
+keeps only the stated caps of the searched space (search_space.stated_caps: micro-batch,
+interleave, cp, stage skew, offload share steps), which the solver reports with its answer.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.step import Knobs, StepTerms, evaluate_terms
+from planner.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
+from planner.rules import divisors
 from planner.search_space import (
+    FRACTION_PINS,
     KNOBS,
     SearchSpace,
-    canonical_mask,
+    default_max_cp,
+    offload_codes,
     pinned_values,
+    stage_layouts,
     strategy_from_values,
 )
-from planner.specs import Strategy
+from planner.specs import (
+    OFFLOAD_STEPS,
+    PLACEMENT_CODES,
+    RECOMPUTE_CODES,
+    JobSpec,
+    ModelSpec,
+    Strategy,
+    SystemSpec,
+)
 
-INNER_KNOBS = tuple(k for k in KNOBS if k not in ("tp", "pp", "layout"))
+STRUCTURAL_KNOBS = ("cp", "ep", "expert_tp", "micro_batch", "interleave", "placement")
+"""The knobs besides tp and the layout that the structural rules read (structure_mask)."""
+SWITCH_KNOBS = tuple(k for k in KNOBS if k not in ("tp", "pp", "layout", *STRUCTURAL_KNOBS))
+"""The other knobs: recompute, partial recompute, switches, ZeRO, offloads."""
 
 
 @dataclass(frozen=True)
@@ -33,16 +58,84 @@ class Ranked:
     strategy: Strategy
 
 
-def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
-    """The rules of planner.rules and constraints/structure.py, vectorised."""
-    m, system, job = ctx.model, ctx.system, ctx.job
+def raw_space(
+    model: ModelSpec,
+    system: SystemSpec,
+    job: JobSpec,
+    gpus: int,
+    pins: dict[str, int] | None = None,
+    max_micro_batch: int = 64,
+    max_interleave: int | None = None,
+    max_cp: int | None = None,
+    max_stage_skew: int = DEFAULT_MAX_STAGE_SKEW,
+    offload_step: int = DEFAULT_OFFLOAD_STEP,
+) -> SearchSpace:
+    """The raw product of knob values on ``gpus`` GPUs inside the stated caps (the same keyword
+    arguments as planner.plan): every divisor of the GPU count for tp, cp and pp, every
+    recompute mode (selective too under flash attention), both values of every switch (the
+    overlaps even where the stack has none), both rank orders, every ZeRO stage, every
+    offload share in steps of ``offload_step`` eighths in every tier, partial recompute of up to
+    the largest stage's blocks. Nothing that has no effect is left out, and no rule prunes a
+    value: valid_mask applies the rules."""
+    pins = dict(pins or {})
+    if pins.get("recompute_layers", 0) > 0 and pins.get("recompute") == RECOMPUTE_CODES["full"]:
+        pins["recompute"] = RECOMPUTE_CODES["none"]  # partial full recompute: none + r blocks
+    seq_len = job.seq_len_for(model)
+    cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
+    shares = set(range(offload_step, OFFLOAD_STEPS + 1, offload_step))
+    shares |= {value for name, value in pins.items() if name in FRACTION_PINS}
+    offload = offload_codes(len(system.memory_tiers) - 1, tuple(sorted(shares)))
+    domains: dict[str, tuple[int, ...]] = {
+        "tp": tuple(divisors(gpus)),
+        "cp": tuple(c for c in divisors(gpus) if c <= cp_limit),
+        "pp": tuple(divisors(gpus)),
+        "dp": tuple(divisors(gpus)),
+        "ep": tuple(divisors(model.experts)) if model.is_moe else (1,),
+        "expert_tp": (0, 1) if model.is_moe else (0,),
+        "micro_batch": tuple(b for b in divisors(job.global_batch) if b <= max_micro_batch),
+        "interleave": tuple(v for v in divisors(model.layers) if v <= (max_interleave or v)),
+        "recompute": tuple(RECOMPUTE_CODES.values()),
+        "sequence_parallel": (0, 1),
+        "zero_stage": (0, 1, 2, 3),
+        "offload_weights": offload,
+        "offload_activations": offload,
+        "offload_optimizer": offload,
+        "dp_overlap": (0, 1),
+        "tp_overlap": (0, 1),
+        "placement": tuple(PLACEMENT_CODES.values()),
+    }
+    layouts = tuple(
+        layout for p in domains["pp"] for layout in stage_layouts(model.layers, p, max_stage_skew)
+    )
+    domains["layout"] = tuple(range(len(layouts)))
+    largest = max((layout.last for layout in layouts), default=1)
+    # A recompute pin without a recompute_layers pin means every block (or none) recomputed.
+    pinned_whole = "recompute" in pins and "recompute_layers" not in pins
+    domains["recompute_layers"] = (0,) if pinned_whole else tuple(range(largest))
+    for name, value in pins.items():
+        if name in domains and not name.startswith("offload") and value not in domains[name]:
+            domains[name] = tuple(sorted({*domains[name], value}))
+    return SearchSpace(
+        gpus=gpus,
+        layers=model.layers,
+        domains=domains,
+        pins=pins,
+        max_gpus=gpus,
+        layouts=layouts,
+    )
+
+
+def structure_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
+    """The rules of planner.rules (strategy_violations) on the structural knobs (STRUCTURAL_KNOBS
+    with tp and the layout), vectorised: the factorization, the batch, the splits of the heads
+    and the sequence, interleaving, the rank order and the expert layout."""
+    m, job = ctx.model, ctx.job
     t, c, p = k["tp"], k["cp"], k["pp"]
     d = space.gpus // (t * c * p)
     b, v = k["micro_batch"], k["interleave"]
     ok = (t * c * p * d == space.gpus) & (job.global_batch % np.maximum(d * b, 1) == 0)
     ok &= (c == 1) | (ctx.seq_len % (2 * c) == 0)
-    ok &= (m.heads % t == 0) & (m.ffn_hidden % t == 0) & (m.expert_width % t == 0)
-    ok &= (m.kv_heads % t == 0) | (t % m.kv_heads == 0)
+    ok &= np.isin(t, [x for x in divisors(m.heads) if m.splits_over(x)])
     n = job.global_batch // np.maximum(d * b, 1)
     even = k["first_blocks"] == k["last_blocks"]
     ok &= (v == 1) | ((p > 1) & even & (k["first_blocks"] % v == 0) & (n % p == 0))
@@ -52,27 +145,88 @@ def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -
         etp = expert_tp_size(t, k["expert_tp"])
         ok &= (m.experts % e == 0) & (t % etp == 0) & (m.expert_width % etp == 0)
         ok &= (t * c * d) % (e * etp) == 0
-        ok &= (t == 1) | (k["sequence_parallel"] == 1)
         ok &= (e == 1) | (k["placement"] == 0)
     else:
         ok &= (k["ep"] == 1) & (k["expert_tp"] == 0)
-    r = k["recompute_layers"]
+    # A stated cap (search_space.stated_caps): TP inside one scale-up domain unless the
+    # system allows otherwise.
+    if not ctx.system.tp_across_domain and len(ctx.system.network_tiers) > 1:
+        ok &= t <= (ctx.system.network_tiers[0].domain_gpus or 0)
+    return ok
+
+
+def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
+    """The rules that involve the other knobs, vectorised: MoE with tp > 1 needs sequence
+    parallelism; partial recompute (recompute code 0 with recompute_layers r > 0) is modelled
+    with ZeRO ≤ 2, no offloading and r a multiple of the interleave; and the user's pins."""
+    t, r, v = k["tp"], k["recompute_layers"], k["interleave"]
+    ok = np.ones(np.shape(r), dtype=bool)
+    if ctx.model.is_moe:
+        ok &= (t == 1) | (k["sequence_parallel"] == 1)
     offloaded = (k["offload_weights"] > 0) | (k["offload_activations"] > 0)
     offloaded |= k["offload_optimizer"] > 0
-    ok &= (r == 0) | (
-        (k["recompute"] == 0)
-        & (k["zero_stage"] < 3)
-        & ~offloaded
-        & (r < k["last_blocks"])
-        & (r % v == 0)
-    )
-    if not system.tp_across_domain and len(system.network_tiers) > 1:
-        ok &= t <= (system.network_tiers[0].domain_gpus or 0)
-    ok &= canonical_mask(t, d, k, space.pins, space.domains)
+    ok &= (r == 0) | ((k["recompute"] == 0) & (k["zero_stage"] < 3) & ~offloaded & (r % v == 0))
+    # A stated cap: partial recompute of fewer blocks than the lightest (last) stage holds.
+    ok &= r < k["last_blocks"]
     for name, value in space.pins.items():
         knob, allowed = pinned_values(space, name, value)
         ok &= np.isin(k[knob], allowed)
     return ok
+
+
+def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
+    """Every rule of planner.rules (strategy_violations), vectorised, and the user's pins."""
+    return structure_mask(ctx, space, k) & switch_mask(ctx, space, k)
+
+
+def chunk_values(
+    space: SearchSpace, tp: int, layout: int, rows: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """``rows`` with tp, the layout and the quantities they fix (pp, blocks per stage, dp)."""
+    count = len(next(iter(rows.values())))
+    chosen = space.layouts[layout]
+    values = dict(rows)
+    values["tp"] = np.full(count, tp)
+    values["pp"] = np.full(count, chosen.pp)
+    values["layout"] = np.full(count, layout)
+    values["first_blocks"] = np.full(count, chosen.blocks)
+    values["middle_blocks"] = values["first_blocks"]
+    values["last_blocks"] = np.full(count, chosen.last)
+    values["dp"] = space.gpus // (tp * chosen.pp * values["cp"])
+    return values
+
+
+def _product(space: SearchSpace, knobs: tuple[str, ...]) -> dict[str, np.ndarray]:
+    table = np.array(list(itertools.product(*(space.domains[k] for k in knobs))))
+    return {name: table[:, i] for i, name in enumerate(knobs)}
+
+
+def valid_chunks(ctx: CostContext, space: SearchSpace) -> Iterator[dict[str, np.ndarray]]:
+    """Every valid strategy of ``space`` as knob arrays (with pp, dp and the blocks per stage),
+    one chunk per tp and layout: the structural rows that pass structure_mask crossed with
+    every combination of the other knobs, then switch_mask (two steps, so that the rules are
+    not evaluated over the whole product)."""
+    structural = _product(space, STRUCTURAL_KNOBS)
+    switches = _product(space, SWITCH_KNOBS)
+    repeats = len(next(iter(switches.values())))
+    for t, layout in itertools.product(space.domains["tp"], space.domains["layout"]):
+        if space.gpus % (t * space.layouts[layout].pp):
+            continue
+        rows = chunk_values(space, t, layout, structural)
+        kept = structure_mask(ctx, space, rows)
+        if not kept.any():
+            continue
+        count = int(kept.sum())
+        values = {name: np.repeat(array[kept], repeats) for name, array in rows.items()}
+        values.update({name: np.tile(array, count) for name, array in switches.items()})
+        ok = switch_mask(ctx, space, values)
+        if ok.any():
+            yield {name: array[ok] for name, array in values.items()}
+
+
+def evaluate_values(ctx: CostContext, values: dict[str, np.ndarray]) -> StepTerms:
+    """The cost model on knob arrays as valid_chunks yields them."""
+    return evaluate_terms(ctx, Knobs.of(**{k: v for k, v in values.items() if k != "layout"}))
 
 
 def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> list[Ranked]:
@@ -80,25 +234,8 @@ def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> 
     best_steps: list[np.ndarray] = []
     best_values: list[dict[str, np.ndarray]] = []
     usable_bytes = ctx.system.hbm.capacity_gib * ctx.hbm_usable_fraction * BYTES_PER_GIB
-    inner = np.array(list(itertools.product(*(space.domains[k] for k in INNER_KNOBS))))
-    for t, layout in itertools.product(space.domains["tp"], space.domains["layout"]):
-        p = space.layouts[layout].pp
-        if space.gpus % (t * p):
-            continue
-        values = {name: inner[:, i] for i, name in enumerate(INNER_KNOBS)}
-        values["tp"] = np.full(len(inner), t)
-        values["pp"] = np.full(len(inner), p)
-        values["layout"] = np.full(len(inner), layout)
-        values["first_blocks"] = np.full(len(inner), space.layouts[layout].blocks)
-        values["middle_blocks"] = values["first_blocks"]
-        values["last_blocks"] = np.full(len(inner), space.layouts[layout].last)
-        values["dp"] = space.gpus // (t * p * values["cp"])
-        ok = valid_mask(ctx, space, values)
-        if not ok.any():
-            continue
-        values = {name: array[ok] for name, array in values.items()}
-        knobs = Knobs.of(**{k: v for k, v in values.items() if k != "layout"})
-        terms = evaluate_terms(ctx, knobs)
+    for values in valid_chunks(ctx, space):
+        terms = evaluate_values(ctx, values)
         fits = terms.hbm_bytes <= usable_bytes
         for tier, spec in enumerate(ctx.system.offload_tiers, start=1):
             fits &= terms.offload_bytes(tier) <= spec.capacity_gib * BYTES_PER_GIB

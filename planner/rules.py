@@ -214,8 +214,12 @@ def strategy_warnings(
         )
     if strategy.sequence_parallel and strategy.tp == 1:
         warnings.append("sequence_parallel has no effect with tp = 1")
-    if strategy.zero_stage and strategy.dp == 1:
-        warnings.append(f"ZeRO-{strategy.zero_stage} has no effect with dp = 1")
+    s = strategy
+    expert_replicas = s.tp * s.cp * s.dp // (s.ep * s.expert_tp_size)
+    if s.zero_stage and s.dp * s.cp == 1 and expert_replicas == 1:
+        # ZeRO shards over the dp·cp ranks that hold the same weights (and the experts over
+        # theirs): without any, it has no effect (constraints.structure.add_canonical).
+        warnings.append(f"ZeRO-{s.zero_stage} has no effect with dp·cp = 1")
     return warnings
 
 

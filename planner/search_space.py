@@ -1,7 +1,8 @@
 """The search space of a planning problem: each knob's domain, and which strategies count.
 
-Both the CP-SAT model (constraints/) and the brute-force oracle (planner.oracle) take their
-domains and rules from here, so they search exactly the same space.
+The CP-SAT model (constraints/) takes its domains from here. The brute-force oracle
+(planner.oracle) builds its own, the raw product of knob values inside the same stated caps, so
+that every reduction made here is checked against a space that does not make it.
 
 Domains come from the problem: tp, cp and pp range over the divisors of the GPU count (pp at
 most the layer count; cp splitting the sequence into 2·cp equal chunks, up to ``max_cp``), the
@@ -9,10 +10,11 @@ micro-batch over the divisors of the global batch (up to ``max_micro_batch``), t
 over the divisors of the layer count (up to ``max_interleave``), offload knobs over the
 system's offload tiers and the eighths of a tensor class in each (specs.offload_code). A few
 knobs have no effect in some corners (sequence parallelism, TP overlap and expert TP with
-tp = 1; ZeRO and DP overlap with dp = 1); the space keeps one canonical value there, so that
-distinct strategies differ in something that matters. For a mixture-of-experts model ep ranges
-over the divisors of the experts and expert TP over tp (its code 0) and 1: the two layouts
-Megatron-Core recipes use (evaluate takes any divisor of tp).
+tp = 1; ZeRO and DP overlap where no state is replicated, dp·cp = 1; placement where pp = 1);
+the CP-SAT model keeps one canonical value there (constraints.structure.add_canonical, which
+argues each), so that distinct strategies differ in something that matters. For a
+mixture-of-experts model ep ranges over the divisors of the experts and expert TP over tp (its
+code 0) and 1: the two layouts Megatron-Core recipes use (evaluate takes any divisor of tp).
 """
 
 from __future__ import annotations
@@ -289,7 +291,9 @@ def build_search_space(
         "expert_tp": (0, 1) if model.is_moe and max(tp_values, default=1) > 1 else (0,),
         "micro_batch": tuple(b for b in divisors(job.global_batch) if b <= max_micro_batch),
         "interleave": tuple(
-            v for v in divisors(model.layers) if v < model.layers and v <= (max_interleave or v)
+            v
+            for v in divisors(model.layers)
+            if v == 1 or (v < model.layers and v <= (max_interleave or v))
         ),
         "recompute": recompute,
         "recompute_layers": (0,),
@@ -382,6 +386,23 @@ def _keep_allowed(values: tuple[int, ...], allowed, prune: bool) -> tuple[int, .
     return tuple(sorted(kept))
 
 
+def _uneven_first_example(layers: int, pp_values: list[int]) -> str | None:
+    """A layout the rules allow that the space leaves out, a first stage lighter than the
+    middle ones (planner.rules: the first and last stage free, the middle ones equal), as text;
+    None when no pp of three or more stages has one."""
+    for pp in pp_values:
+        if pp < 3 or pp > layers:
+            continue
+        for layout in stage_layouts(layers, pp):
+            if layout.blocks >= 2:
+                first = layout.blocks - 1
+                last = layout.last + 1
+                if last <= layout.blocks:
+                    stages = (first, *(layout.blocks,) * (pp - 2), last)
+                    return ",".join(map(str, stages))
+    return None
+
+
 def default_max_cp(seq_len: int) -> int:
     """The largest cp searched by default: chunks of at least MIN_CP_CHUNK_TOKENS."""
     return max(1, seq_len // MIN_CP_CHUNK_TOKENS)
@@ -428,10 +449,31 @@ def stated_caps(
     ]
     if skewed:
         caps.append(
-            f"the last pipeline stage at most {max_stage_skew} blocks lighter than the others "
+            f"the last pipeline stage at most {max_stage_skew} blocks lighter than the others, "
+            "or as little lighter as a pp that does not divide the layers allows "
             f"(--max-stage-skew; leaves out pp {skewed[0].pp} with "
             f"{skewed[0].blocks},...,{skewed[0].blocks},{skewed[0].last}, …)"
         )
+    lighter = [
+        layout
+        for p in divisors(gpus)
+        for layout in stage_layouts(model.layers, p, max_stage_skew)
+        if layout.last < layout.blocks
+    ]
+    if lighter:
+        caps.append(
+            "partial recompute (--recompute-layers) of fewer blocks than the last stage holds "
+            f"(leaves out recomputing {lighter[0].last} blocks per stage of "
+            f"{lighter[0].blocks},...,{lighter[0].blocks},{lighter[0].last}, …)"
+        )
+    uneven_first = _uneven_first_example(model.layers, divisors(gpus))
+    if uneven_first:
+        caps.append(
+            "the first pipeline stage as heavy as the middle ones (only the last may be lighter; "
+            f"--stage-layers in evaluate; leaves out {uneven_first}, …)"
+        )
+    if model.is_moe and any(t > 2 and model.expert_width % 2 == 0 for t in divisors(gpus)):
+        caps.append("expert TP equal to tp or 1 (evaluate takes any divisor of tp)")
     cut = [b for b in divisors(job.global_batch) if b > max_micro_batch]
     if cut:
         caps.append(f"micro-batch ≤ {max_micro_batch} (--max-micro-batch; leaves out {cut[0]}, …)")
@@ -449,32 +491,36 @@ def stated_caps(
     return caps
 
 
-def canonical_mask(
-    tp: np.ndarray,
-    dp: np.ndarray,
-    k: dict[str, np.ndarray],
-    pins: dict[str, int],
-    domains: dict[str, tuple[int, ...]],
-) -> np.ndarray:
-    """True where no knob that has no effect departs from its canonical value (unpinned ones
-    only): sequence_parallel and tp_overlap are off and expert_tp is 0 (= tp) when tp = 1;
-    zero_stage is 0 and dp_overlap its largest value (on, where the stack can overlap) when
-    dp = 1; the placement is the default rank order unless both dp and pp exceed 1 (otherwise
-    the orders coincide)."""
-    keep = np.ones(np.broadcast(tp, dp).shape, dtype=bool)
-    if "sequence_parallel" not in pins:
-        keep &= (tp > 1) | (k["sequence_parallel"] == 0)
-    if "tp_overlap" not in pins:
-        keep &= (tp > 1) | (k["tp_overlap"] == 0)
-    if "zero_stage" not in pins:
-        keep &= (dp > 1) | (k["zero_stage"] == 0)
-    if "dp_overlap" not in pins:
-        keep &= (dp > 1) | (k["dp_overlap"] == max(domains["dp_overlap"]))
-    if "placement" not in pins:
-        keep &= ((dp > 1) & (k["pp"] > 1)) | (k["placement"] == 0)
-    if "expert_tp" not in pins:
-        keep &= (tp > 1) | (k["expert_tp"] == 0)
-    return keep
+def canonical_values(
+    values: dict[str, np.ndarray],
+    model: ModelSpec,
+    system: SystemSpec,
+    job: JobSpec,
+) -> dict[str, np.ndarray]:
+    """The canonical twin of every strategy in ``values`` (knob arrays): the strategy the
+    solver's space holds in its place, with each knob that has no effect at its kept value
+    (constraints.structure.add_canonical argues each cut; the domains of build_search_space
+    drop selective recompute under flash attention, an overlap the stack does not have and the
+    TP, PP, DP rank order on a one-tier network). tests/test_raw_oracle.py checks that a twin
+    costs what its strategy costs, on every valid strategy of random raw spaces."""
+    stack = hardware_catalog.load_stack(job.stack)
+    out = dict(values)
+    tp_one = values["tp"] == 1
+    for knob in ("sequence_parallel", "tp_overlap", "expert_tp"):
+        out[knob] = np.where(tp_one, 0, values[knob])
+    single = (values["dp"] == 1) & (values["cp"] == 1)
+    if model.is_moe:
+        single &= tp_one
+    out["zero_stage"] = np.where(single, 0, values["zero_stage"])
+    out["dp_overlap"] = np.where(single, 1, values["dp_overlap"]) if stack.dp_overlap else 0
+    if not stack.tp_overlap:
+        out["tp_overlap"] = np.zeros_like(values["tp_overlap"])
+    selective = RECOMPUTE_CODES["selective"]
+    if job.attention == "flash":
+        out["recompute"] = np.where(values["recompute"] == selective, 0, values["recompute"])
+    default_order = single | (values["pp"] == 1) | (len(system.network_tiers) == 1)
+    out["placement"] = np.where(default_order, 0, values["placement"])
+    return {name: np.broadcast_to(array, np.shape(values["tp"])) for name, array in out.items()}
 
 
 def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy:

@@ -1,20 +1,21 @@
-"""The CP-SAT planner against the brute-force oracle over the same space and cost model."""
+"""The CP-SAT planner against the brute-force oracle (raw knob product) and the cost model."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.api import evaluate
 from planner.cost.context import CostContext
-from planner.oracle import enumerate_strategies
+from planner.oracle import Ranked, enumerate_strategies, raw_space
 from planner.plan import plan
 from planner.ranking import TIE_TOLERANCE
-from planner.search_space import build_search_space, parse_pin
-from planner.specs import JobSpec
+from planner.search_space import canonical_values, parse_pin
+from planner.specs import PLACEMENT_CODES, RECOMPUTE_CODES, JobSpec
 from tests.conftest import gpt_model, simple_system
 
 REL = 1e-4
@@ -95,8 +96,53 @@ SHARES = {**SMALL, "offload_step": 4}
 
 def oracle(model, system, job, gpus, pins=None, top=1, caps=SMALL):
     ctx = CostContext(model, system, job)
-    space = build_search_space(model, system, job, gpus, pins, **caps)
+    space = raw_space(model, system, job, gpus, pins, **caps)
     return enumerate_strategies(ctx, space, top)
+
+
+def canonical_ranking(model, system, job, gpus, caps=SMALL):
+    """The raw oracle's every fitting strategy, fastest first, each as its canonical twin (the
+    strategy the solver's space holds in its place, search_space.canonical_values), the first of
+    each kept: the distinct strategies --top ranks."""
+    seen, ranking = set(), []
+    for ranked in oracle(model, system, job, gpus, top=10**7, caps=caps):
+        twin = canonical_strategy(ranked.strategy, model, system, job)
+        if twin not in seen:
+            seen.add(twin)
+            ranking.append(Ranked(step_time_s=ranked.step_time_s, strategy=twin))
+    return ranking
+
+
+def canonical_strategy(strategy, model, system, job):
+    """search_space.canonical_values on one strategy."""
+    s = strategy
+    codes = {
+        "tp": s.tp,
+        "cp": s.cp,
+        "pp": s.pp,
+        "dp": s.dp,
+        "sequence_parallel": int(s.sequence_parallel),
+        "tp_overlap": int(s.tp_overlap),
+        "dp_overlap": int(s.dp_overlap),
+        "expert_tp": s.expert_tp,
+        "zero_stage": s.zero_stage,
+        "recompute": RECOMPUTE_CODES[s.recompute],
+        "placement": PLACEMENT_CODES[s.placement],
+    }
+    twin = canonical_values({k: np.array(v) for k, v in codes.items()}, model, system, job)
+    recompute = {code: name for name, code in RECOMPUTE_CODES.items()}[int(twin["recompute"])]
+    placement = {code: name for name, code in PLACEMENT_CODES.items()}[int(twin["placement"])]
+    return s.model_copy(
+        update={
+            "sequence_parallel": bool(twin["sequence_parallel"]),
+            "tp_overlap": bool(twin["tp_overlap"]),
+            "dp_overlap": bool(twin["dp_overlap"]),
+            "expert_tp": int(twin["expert_tp"]),
+            "zero_stage": int(twin["zero_stage"]),
+            "recompute": recompute,
+            "placement": placement,
+        }
+    )
 
 
 def solve(model, system, job, gpus, pins=None, top=1, rank_by="strategy", caps=SMALL):
@@ -142,7 +188,7 @@ def assert_solver_matches_oracle(model, system, job, gpus, caps=SMALL) -> None:
 @given(problems(), st.sampled_from([2, 3, 5]))
 def test_top_k_matches_the_oracles_k_best(problem, k) -> None:
     model, system, job, gpus = problem
-    expected = oracle(model, system, job, gpus, top=k)
+    expected = canonical_ranking(model, system, job, gpus)[:k]
     result = solve(model, system, job, gpus, top=k)
     if not expected:
         assert result.status == "infeasible"
@@ -229,12 +275,13 @@ def test_infeasible_problem_names_conflicting_families() -> None:
 
 def test_context_parallelism_is_searched_when_nothing_else_can_use_the_gpus() -> None:
     """2 heads cap tp at 2, 2 layers cap pp at 2, a batch of 2 caps dp at 2: on 16 GPUs only
-    cp = 2 completes the factorization. Solver and oracle agree on it."""
+    cp ≥ 2 completes the factorization (cp = 4 with dp = 1, whose ZeRO still shards over the
+    cp ranks). Solver and oracle agree on it."""
     model = gpt_model(hidden=256, heads=2, layers=2, ffn_hidden=1024, seq_len=4096)
     system, job = simple_system(), JobSpec(global_batch=2)
     expected = oracle(model, system, job, 16)
     result = solve(model, system, job, 16)
-    assert result.status == "optimal" and result.strategy.cp == expected[0].strategy.cp == 2
+    assert result.status == "optimal" and result.strategy.cp == expected[0].strategy.cp > 1
     assert result.strategy.gpus == 16
     assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
 
@@ -254,7 +301,7 @@ def test_plan_lays_blocks_unevenly_when_pp_does_not_divide_the_layers() -> None:
     model = gpt_model(hidden=256, heads=2, layers=7, ffn_hidden=1024, seq_len=512)
     system, job = simple_system(), JobSpec(global_batch=1)
     ctx = CostContext(model, system, job)
-    space = build_search_space(model, system, job, 8, max_cp=1)
+    space = raw_space(model, system, job, 8, max_cp=1)
     expected = enumerate_strategies(ctx, space)
     result = plan(model, system, job, 8, max_cp=1)
     assert result.status == "optimal"
@@ -270,7 +317,7 @@ def test_plan_recomputes_part_of_each_stage_when_memory_lies_between() -> None:
     system = simple_system(memory_tiers=[dict(name="HBM", capacity_gib=0.4, bandwidth_gbps=2000)])
     job = JobSpec(global_batch=8, hbm_reserve_gib=0.01)
     ctx = CostContext(model, system, job)
-    space = build_search_space(model, system, job, 4, max_cp=1, max_micro_batch=8)
+    space = raw_space(model, system, job, 4, max_cp=1, max_micro_batch=8)
     expected = enumerate_strategies(ctx, space)
     result = plan(model, system, job, 4, max_cp=1, max_micro_batch=8)
     assert result.status == "optimal"
@@ -294,7 +341,7 @@ def test_plan_puts_the_pipeline_inside_the_scale_up_domain_when_it_pays() -> Non
     job = JobSpec(global_batch=1024, hbm_reserve_gib=0.01)
     pins = {"tp": 1, "pp": 4}
     limits = dict(max_cp=1, max_micro_batch=4, max_interleave=1)
-    space = build_search_space(model, system, job, 16, pins, **limits)
+    space = raw_space(model, system, job, 16, pins, **limits)
     expected = enumerate_strategies(CostContext(model, system, job), space)
     result = plan(model, system, job, 16, pins=pins, **limits)
     assert result.status == "optimal"
@@ -318,7 +365,7 @@ def test_plan_offloads_a_share_of_a_tensor_class_when_all_of_it_would_stall() ->
     job = JobSpec(global_batch=8, hbm_reserve_gib=0.01)
     limits = dict(max_cp=1, max_micro_batch=8, max_interleave=1, offload_step=1)
     for pins in ({"recompute": 0}, {"recompute": 0, "offload_optimizer_fraction": 4}):
-        space = build_search_space(model, system, job, 4, pins, **limits)
+        space = raw_space(model, system, job, 4, pins, **limits)
         expected = enumerate_strategies(CostContext(model, system, job), space)
         result = plan(model, system, job, 4, pins=pins, **limits)
         assert result.status == "optimal"
@@ -335,8 +382,6 @@ def test_plan_offloads_a_share_of_a_tensor_class_when_all_of_it_would_stall() ->
 
 
 def test_a_table_drops_exactly_the_knobs_it_does_not_vary_along() -> None:
-    import numpy as np
-
     from constraints.variables import varying_axes
 
     rng = np.random.default_rng(0)
