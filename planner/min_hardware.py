@@ -22,6 +22,7 @@ its diagnosis.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -394,15 +395,15 @@ class _Query:
         )
         return ("optimal" if proven else "feasible", minimum, None)
 
-    def infeasible(self, top: str, **changes) -> tuple:
+    def infeasible(self, top: str, diagnose: bool | str = True, **changes) -> tuple:
         """No value in the domain works: the diagnosis of the problem at the domain's top
-        (``top``, in words), and what the goal's best plan there reaches when the goal is among
-        the conflicting constraints."""
+        (``top``, in words; ``diagnose`` as plan's), and what the goal's best plan there
+        reaches when the goal is among the conflicting constraints."""
         system = changes.get("system", self.system)
         result = self.plan_at(
             system=system,
             gpus=changes.get("gpus", self.gpus or self.system.max_gpus or 1),
-            diagnose=True,
+            diagnose=diagnose,
         )
         self.unreachable = self.best_without_goal(result.diagnosis, system, top)
         return ("infeasible", None, result.diagnosis)
@@ -484,10 +485,10 @@ class _Query:
         top = self.gpu_bound()
         free = self.free_space(top)
         floor = gpu_floor(self.ctx, free, self.target)
-        if floor is None:  # the goal's MFU is above what compute alone reaches
-            return self.infeasible(f"{top:,} GPUs", gpus=top)
         tp, cp, dp = (self.pinned_or(k, free.domains[k]) for k in ("tp", "cp", "dp"))
         tcd = frozenset(t * c * d for t in tp for c in cp for d in dp)
+        if floor is None:  # the goal's MFU is above what compute alone reaches
+            return self.no_count(top, tcd)
         found = self.refutations = Refutations(floor=floor, multiple=multiple)
         below: Plan | None = None
         for count in range(max(1, math.ceil(floor / multiple)) * multiple, top + 1, multiple):
@@ -507,7 +508,23 @@ class _Query:
             below = result
         if found.unrefuted:
             return ("unknown", None, None)
-        return self.infeasible(f"{top:,} GPUs", gpus=top)
+        return self.no_count(top, tcd)
+
+    def no_count(self, top: int, tcd: frozenset[int]) -> tuple:
+        """No GPU count meets the goal: plan's conflict (not its fixes, which would search the
+        GPU counts again) at the largest count of the domain that a tp·cp·pp·dp can make,
+        found within GPU_CANDIDATE_PLANS node multiples of the top (else the top itself)."""
+        multiple = self.system.gpus_per_node
+        tops = range(top // multiple * multiple, multiple - 1, -multiple)
+        count = next(
+            (
+                n
+                for n in itertools.islice(tops, GPU_CANDIDATE_PLANS)
+                if self.may_factor(n, tcd) and self.factorable(n)
+            ),
+            top,
+        )
+        return self.infeasible(f"{count:,} GPUs", diagnose="conflict", gpus=count)
 
     def gpu_answer(self, count: int, result: Plan, below: Plan | None) -> tuple:
         """The answer at ``count`` GPUs, with the evidence one node below it: plan's conflict

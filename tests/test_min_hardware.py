@@ -569,3 +569,14 @@ def test_sweep_caps_round_up_never_below_the_corner(value: float) -> None:
     and the front's first point was 720 GPUs, not 704."""
     cap = _up_to_4_digits(value)
     assert value <= cap <= value * (1 + 1e-3) and cap == float(f"{cap:.4g}")
+
+
+def test_an_mfu_above_the_compute_floor_is_refuted_at_once() -> None:
+    """An MFU no GPU count reaches by compute alone is infeasible without planning every count
+    (the diagnosis at the top of a 1,048,576-GPU domain searched fixes for 51 s): the
+    conflict names the goal."""
+    job, target = JobSpec(global_batch=1536), PerformanceTarget(min_mfu=0.99)
+    result = min_hardware("gpt3-175b", "dgx-h100", job, "gpus", target=target)
+    assert result.status == "infeasible" and result.minimum is None
+    assert [c.family for c in result.diagnosis.conflicts] == ["target"]
+    assert result.work_units < 5
