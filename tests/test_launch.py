@@ -583,6 +583,7 @@ def test_plan_emit_reads_back_as_the_plan(
     step time (table and --json); the restriction is stated in solver.caps."""
     plan_json = _json(capsys, ["plan", *problem, "--emit", fmt])
     assert plan_json["status"] == "optimal"
+    assert not any(note.startswith("read back") for note in plan_json["launch"]["notes"])
     assert any(cap.startswith(f"--emit {fmt}: ") for cap in plan_json["solver"]["caps"])
     path = tmp_path / f"plan.{fmt}"
     path.write_text(plan_json["launch"]["text"], encoding="utf-8")
@@ -622,6 +623,28 @@ def test_reproducer_without_emit_is_faster_than_torchtitan_can_run(
     relabelled = Strategy(**free["strategy"]).model_copy(update={"zero_stage": 2})
     job = JobSpec(global_batch=1024)
     assert titan_s <= evaluate("llama3-70b", "dgx-h100", job, relabelled).step_time_s
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_evaluate_emit_says_what_reads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """evaluate --emit of a strategy the format cannot run (ZeRO-1 in torchtitan) ends its
+    notes with what evaluate --from reads and its step time, which evaluate --from confirms."""
+    flags = ["--tp", "4", "--pp", "4", "--interleave", "20", "--sequence-parallel"]
+    argv = ["evaluate", *REPRODUCER[:-2], *flags, "--zero-stage", "1", "--emit", "torchtitan"]
+    payload = _json(capsys, argv)
+    text, note = payload["launch"]["text"], payload["launch"]["notes"][-1]
+    assert note.startswith("read back: evaluate --from torchtitan gives ") and "ZeRO-2" in note
+    assert f"# note: {note}" in text
+    path = tmp_path / "zero1.toml"
+    path.write_text(text, encoding="utf-8")
+    back = _json(capsys, ["evaluate", "--from", "torchtitan", str(path), "--system", "dgx-h100"])
+    assert f"at {back['estimate']['step_time_s']:.4g} s, not " in note
+    assert f"not {payload['estimate']['step_time_s']:.4g} s" in note
+    if not as_json:
+        assert main(argv) == OK
+        assert "read back: evaluate --from torchtitan gives" in capsys.readouterr().out
 
 
 def _refused_cases() -> dict[str, list[str]]:

@@ -42,10 +42,46 @@ def emit(
     fmt: str, model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy
 ) -> LaunchConfig:
     """``strategy`` for ``model`` on ``system`` as the configuration text of ``fmt``. A job
-    that leaves its gradient dtype to the stack is emitted with the stack's."""
+    that leaves its gradient dtype to the stack is emitted with the stack's. Where the text
+    reads back (``evaluate --from``) to another step time, a last note says so (never for a
+    plan --emit answer: planner.launch.restrict)."""
     if job.grad_dtype is None:
         job = job.model_copy(update={"grad_dtype": load_stack(job.stack).grad_dtype})
-    return format_module(fmt).emit(model, system, job, strategy)
+    config = format_module(fmt).emit(model, system, job, strategy)
+    note = _read_back_note(fmt, config, model, system, job, strategy)
+    if note is None:
+        return config
+    lines = config.text.split("\n")
+    header = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    lines.insert(header, f"# note: {note}")
+    return config.model_copy(update={"text": "\n".join(lines), "notes": [*config.notes, note]})
+
+
+def _read_back_note(
+    fmt: str,
+    config: LaunchConfig,
+    model: ModelSpec,
+    system: SystemSpec,
+    job: JobSpec,
+    strategy: Strategy,
+) -> str | None:
+    """What ``config`` reads back as where its step time differs from ``strategy``'s, else
+    None: the same cost model evaluates both (planner.api.evaluate)."""
+    from planner.api import evaluate
+
+    ours = evaluate(model, system, job, strategy).step_time_s
+    try:
+        back = read(fmt, config.text, system, strategy.gpus, model)
+        assert back.strategy is not None  # read gives a strategy or raises
+        theirs = evaluate(model, system, job.model_copy(update=back.job), back.strategy)
+    except InputError as error:
+        return f"read back: evaluate --from {fmt} refuses it ({error})"
+    if theirs.step_time_s == ours:
+        return None
+    return (
+        f"read back: evaluate --from {fmt} gives {back.strategy.describe()} at "
+        f"{theirs.step_time_s:.4g} s, not {ours:.4g} s (the notes above say why)"
+    )
 
 
 def read(
