@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -644,7 +645,21 @@ def _strategy(args: argparse.Namespace) -> Strategy:
 
 
 def _print_json(payload: object) -> None:
-    print(json.dumps(payload, indent=2, sort_keys=False))
+    """``payload`` as strict JSON: a non-finite number (which JSON cannot hold; Python would
+    write ``Infinity``) becomes null."""
+    print(json.dumps(_finite(payload), indent=2, sort_keys=False, allow_nan=False))
+
+
+def _finite(value: object) -> object:
+    """``value`` with every non-finite float, however deep in dicts and lists, replaced by
+    None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def run_catalog(args: argparse.Namespace, console: Console) -> int:

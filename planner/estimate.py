@@ -3,11 +3,14 @@ time and GPU-hours to train a token budget. This is the ``estimate`` object of `
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict
 
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.memory import StageMemory
 from planner.cost.step import StepTerms
+from planner.errors import InputError
 
 
 class TrainingTime(BaseModel):
@@ -58,6 +61,20 @@ def _most_loaded(terms: StepTerms, load) -> tuple[str, StageMemory]:
     return max(named, key=lambda item: _scalar(load(item[1])))
 
 
+def _check_finite(terms: StepTerms) -> None:
+    """An input error unless the step time and every term of it is a finite positive number of
+    seconds: the specs' ranges (planner.limits) keep every input where the cost model's
+    arithmetic is finite, so this only guards a combination the ranges did not foresee."""
+    parts = {"step time": terms.step_time_s, **terms.breakdown()}
+    for name, value in parts.items():
+        seconds = _scalar(value)
+        if not math.isfinite(seconds) or seconds < 0 or (name == "step time" and seconds <= 0):
+            raise InputError(
+                f"{name} = {seconds!r} s: not a finite positive time; a hardware or stack "
+                "number (bandwidth, efficiency, peak, latency) is outside the cost model's range"
+            )
+
+
 def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list[str]) -> Estimate:
     """Turn the cost model's terms for a single strategy into an Estimate."""
     name, stage = _most_loaded(terms, lambda s: s.hbm_total)
@@ -104,6 +121,7 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
                 f"{tier.capacity_gib:g} GiB: over by {total - tier.capacity_gib:.1f} GiB"
             )
     step = _scalar(terms.step_time_s)
+    _check_finite(terms)
     tokens_per_s = _scalar(terms.tokens_per_s)
     training = None
     if ctx.job.train_tokens:

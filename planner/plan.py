@@ -15,6 +15,7 @@ from ortools.sat.python import cp_model
 from pydantic import BaseModel
 
 from constraints import build_plan_model
+from constraints.tables import TIME_CEILING_IDEAL_STEPS
 from constraints.target import PerformanceTarget
 from planner import limits as lim
 from planner.api import as_model, as_system
@@ -22,7 +23,7 @@ from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.diagnosis import Diagnosis, pin_conflicts
 from planner.diagnosis import diagnose as run_diagnosis
-from planner.errors import InputError
+from planner.errors import InputError, InternalError
 from planner.estimate import Estimate, build_estimate
 from planner.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
 from planner.ranking import Rank, RankBy, rank
@@ -246,9 +247,39 @@ def plan(
     return Plan(
         status=report.status,
         strategy=best,
-        estimate=_estimate(ctx, best, system_spec),
+        estimate=_checked_estimate(ctx, best, system_spec, report),
         solver=report,
         alternatives=alternatives,
+    )
+
+
+OBJECTIVE_TOLERANCE = 1e-3
+"""The solver's objective and the cost model's step time of its answer agree within 0.1 %
+(DESIGN.md §2), or the answer is not reported."""
+
+
+def _checked_estimate(
+    ctx: CostContext, best: Strategy, system: SystemSpec, report: SolverReport
+) -> Estimate:
+    """The estimate of the answer, after checking that the solver's objective is its step time
+    (within OBJECTIVE_TOLERANCE). The tables cap each time entry at TIME_CEILING_IDEAL_STEPS
+    ideal steps (model FLOPs at peak on the GPUs), so an objective below the evaluation of a
+    strategy whose step is past the cap (an MFU below 1/TIME_CEILING_IDEAL_STEPS: hardware or
+    stack numbers near the ends of their ranges) is an input error, never a "proven optimal"
+    answer; any other disagreement is a bug."""
+    estimate = _estimate(ctx, best, system)
+    objective_s, evaluated_s = report.objective_step_s, estimate.step_time_s
+    if objective_s is None or abs(objective_s - evaluated_s) <= OBJECTIVE_TOLERANCE * evaluated_s:
+        return estimate
+    if objective_s < evaluated_s and estimate.mfu < 1 / TIME_CEILING_IDEAL_STEPS:
+        raise InputError(
+            f"step time = {evaluated_s:.6g} s for the best strategy found ({best.describe()}), "
+            f"beyond the range the solver's tables hold (MFU {estimate.mfu:.2g}); check the "
+            "hardware and stack numbers (bandwidths, latencies, efficiencies, bucket sizes)"
+        )
+    raise InternalError(
+        f"the solver's objective ({objective_s:.6g} s) and the cost model's step time "
+        f"({evaluated_s:.6g} s) of {best.describe()} disagree by more than 0.1 %"
     )
 
 

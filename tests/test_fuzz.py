@@ -1,10 +1,12 @@
-"""Fuzzing the two doors a user comes in by: argument lists for every subcommand, and model,
-system, study and dataset files (malformed YAML/JSON, wrong types, negative, zero and huge
-values, unknown fields, YAML alias bombs, ``!!python/object`` tags).
+"""Fuzzing the two doors a user comes in by: argument lists for every subcommand (hardware
+overrides and stack profiles included), and model, system, stack, study and dataset files
+(malformed YAML/JSON, wrong types, negative, zero, subnormal, tiny and huge values, true/false
+for numbers, unknown fields, YAML alias bombs, ``!!python/object`` tags).
 
 Whatever comes in, planner answers with a documented exit code (0 ok, 2 bad input, 3
 infeasible, 4 time limit; never 1, an internal error, or an escaped exception), a bad input with
-exactly one line on stderr, and within 10 s. CI runs a small derandomized share; ``python
+exactly one line on stderr, a ``--json`` answer as strict JSON (no ``Infinity`` or ``NaN``),
+and within 10 s. CI runs a small derandomized share; ``python
 benchmarks/fuzz.py`` runs thousands of examples and prints the totals
 (``PLANNER_FUZZ_EXAMPLES`` sets the count, ``PLANNER_FUZZ_TOTALS`` a JSON file for the totals).
 """
@@ -44,7 +46,7 @@ PLAIN = ["1", "2", "4", "8", "16", "64", "96", "1024", "4096", "0.5", "0.9", "1.
 NASTY = [
     "0", "-1", "3", "7", "65536", "1e-9", "1e9", "1e30", "1e400", "-1e400", "inf", "-inf", "nan",
     "9223372036854775807", "99999999999999999999999999", "1048576", "1048577", "0x10", "1_000",
-    "", " ", "abc", "٣",
+    "", " ", "abc", "٣", "5e-324", "1e-300", "2.2e-308", "1e-12", "-0.0", "0.05",
 ]  # fmt: skip
 NUMBERS = PLAIN * 4 + NASTY
 """Values for numeric flags: mostly ordinary (so that runs get past validation into the
@@ -63,6 +65,14 @@ PROBLEM_FLAGS = {
     "--train-tokens": NUMBERS,
     "--hbm-reserve-gib": NUMBERS,
     "--hbm-usable-fraction": NUMBERS,
+    "--expert-imbalance": NUMBERS,
+    "--stack": ["megatron-core", "calculon", "deepspeed", "torchtitan", "nope", ""],
+    "--hbm-gib": NUMBERS,
+    "--offload-gib": NUMBERS,
+    "--offload-gbps": NUMBERS,
+    "--scale-up-gbps": NUMBERS,
+    "--scale-up-domain": NUMBERS,
+    "--scale-out-gbps": NUMBERS,
 }
 STRATEGY_FLAGS = {
     "--tp": NUMBERS,
@@ -139,7 +149,13 @@ def _check(argv: list[str], capsys: pytest.CaptureFixture[str], context: str = "
     assert "Traceback" not in out + err, (argv, context)
     if code == 2:
         assert err.startswith("planner: error: ") and err.count("\n") == 1, (argv, context, err)
+    elif "--json" in argv and out.strip():
+        json.loads(out, parse_constant=_not_json)  # Infinity / NaN are not JSON
     assert elapsed_s <= MAX_RUN_S, (argv, context, elapsed_s)
+
+
+def _not_json(constant: str) -> None:
+    raise AssertionError(f"{constant} in a --json answer")
 
 
 def _limited(argv: list[str]) -> list[str]:
@@ -159,6 +175,7 @@ def test_any_argument_list(argv: list[str], capsys: pytest.CaptureFixture[str]) 
 JUNK_VALUES = st.one_of(
     st.sampled_from([0, -1, -1e30, 1e30, 10**30, 2**63, float("nan"), "", "x", None, True]),
     st.sampled_from([[], {}, [1, 2], {"a": 1}, "inf", "1e400", 0.5, 3]),
+    st.sampled_from([5e-324, 1e-300, "5e-324", 1e-12, -0.0, 0.009, False, 1, 2]),
 )
 RAW_FILES = [
     "a: [1, 2\n",
@@ -225,17 +242,25 @@ def bases() -> dict[str, dict]:
     return {
         "model": hardware_catalog.load_model("gpt3-1.3b").model_dump(mode="json"),
         "system": hardware_catalog.load_system("dgx-h100").model_dump(mode="json"),
+        "stack": hardware_catalog.load_stack("megatron-core").model_dump(mode="json"),
         "study": STUDY,
         "dataset": {**dataset, "runs": dataset["runs"][:2]},
     }
 
 
-def _command(kind: str, path: Path, out: Path) -> list[str]:
-    problem = ["--gpus", "8", "--global-batch", "64", "--dp", "8"]
+def _command(kind: str, path: Path, out: Path, solve: bool) -> list[str]:
+    """The command that reads a ``kind`` file: for model, system and stack files, evaluate (a
+    fixed strategy) or, with ``solve``, plan (the numbers reach the solver's tables)."""
+    problem = ["--gpus", "8", "--global-batch", "64", "--json"]
+    problem += ["--time-limit", "2"] if solve else ["--dp", "8"]
+    command = "plan" if solve else "evaluate"
     if kind == "model":
-        return ["evaluate", "--model", str(path), "--system", "dgx-h100", *problem]
+        return [command, "--model", str(path), "--system", "dgx-h100", *problem]
     if kind == "system":
-        return ["evaluate", "--model", "gpt3-1.3b", "--system", str(path), *problem]
+        return [command, "--model", "gpt3-1.3b", "--system", str(path), *problem]
+    if kind == "stack":
+        stack = ["--stack", str(path)]
+        return [command, "--model", "gpt3-1.3b", "--system", "dgx-h100", *stack, *problem]
     if kind == "study":
         return ["sweep", str(path), "--out", str(out)]
     return ["validate", "--dataset", str(path)]
@@ -243,9 +268,10 @@ def _command(kind: str, path: Path, out: Path) -> list[str]:
 
 @FUZZ_SETTINGS
 @given(
-    kind=st.sampled_from(["model", "system", "study", "dataset"]),
+    kind=st.sampled_from(["model", "system", "stack", "study", "dataset"]),
     data=st.data(),
     suffix=st.sampled_from([".yaml", ".json"]),
+    solve=st.booleans(),
 )
 def test_any_spec_file(
     tmp_path: Path,
@@ -254,6 +280,7 @@ def test_any_spec_file(
     kind: str,
     data: st.DataObject,
     suffix: str,
+    solve: bool,
 ) -> None:
     if data.draw(st.booleans()):
         text = data.draw(st.sampled_from(RAW_FILES))
@@ -263,7 +290,7 @@ def test_any_spec_file(
     path = tmp_path / f"{kind}{suffix}"
     path.write_text(text, encoding="utf-8")
     out = tmp_path / f"out-{TOTALS['inputs']}"  # a folder per study: one resumes only its own
-    _check(_command(kind, path, out), capsys, context=text[:300])
+    _check(_command(kind, path, out, solve), capsys, context=text[:300])
 
 
 def teardown_module() -> None:
@@ -271,3 +298,125 @@ def teardown_module() -> None:
     target = os.environ.get("PLANNER_FUZZ_TOTALS")
     if target:
         Path(target).write_text(json.dumps(dict(TOTALS)), encoding="utf-8")
+
+
+# -- the number classes of issue 40, one reproducer each -----------------------------------------
+PROBLEM = ["--model", "gpt3-1.3b", "--system", "dgx-a100-80g", "--global-batch", "64"]
+PLAN_16 = ["plan", *PROBLEM, "--gpus", "16"]
+EVALUATE_16 = ["evaluate", *PROBLEM, "--gpus", "16", "--dp", "16"]
+BAD_FLAGS = [
+    ([*PLAN_16, "--scale-up-gbps", "5e-324"], "--scale-up-gbps"),
+    ([*EVALUATE_16, "--scale-out-gbps", "1e-300"], "--scale-out-gbps"),
+    ([*PLAN_16, "--hbm-usable-fraction", "1e-300"], "--hbm-usable-fraction"),
+    ([*PLAN_16, "--hbm-gib", "2.2e-308"], "--hbm-gib"),
+    ([*EVALUATE_16, "--offload-gib", "64", "--offload-gbps", "1e-300"], "--offload-gbps"),
+]
+BAD_FILES = [
+    ("stack", "gemm_efficiency: 5e-324", "gemm_efficiency"),
+    ("stack", "gemm_efficiency: 1.0e-300", "gemm_efficiency"),
+    ("stack", "hbm_usable_fraction: 1.0e-300", "hbm_usable_fraction"),
+    ("stack", "dp_bucket_params: 1.0e-300", "dp_bucket_params"),
+    ("stack", "attention_efficiency: true", "attention_efficiency"),
+    ("stack", "layer_overhead_us: .inf", "layer_overhead_us"),
+    ("model", "layers: true", "layers"),
+    ("model", "vocab: false", "vocab"),
+    ("system", "network_tiers: [{name: ib, bandwidth_gbps: 1.0e-300}]", "bandwidth_gbps"),
+    ("system", "memory_tiers: [{name: HBM, capacity_gib: 80, bandwidth_gbps: 2000, "
+     "efficiency: 5e-324}]", "efficiency"),
+    ("system", "memory_tiers: [{name: HBM, capacity_gib: 1.0e-300, bandwidth_gbps: 2000}]",
+     "capacity_gib"),
+]  # fmt: skip
+
+
+def _spec_file(tmp_path: Path, kind: str, line: str) -> Path:
+    """A catalog spec (gpt3-1.3b, dgx-a100-80g or megatron-core) with ``line`` replacing the
+    field it names."""
+    base = {
+        "model": hardware_catalog.load_model("gpt3-1.3b"),
+        "system": hardware_catalog.load_system("dgx-a100-80g"),
+        "stack": hardware_catalog.load_stack("megatron-core"),
+    }[kind].model_dump(mode="json", exclude={"aliases"})
+    base.update(yaml.safe_load(line))
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(base), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+@pytest.mark.parametrize(("argv", "field"), BAD_FLAGS)
+def test_tiny_numbers_in_flags_are_one_line_errors(
+    argv: list[str], field: str, as_json: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, *as_json]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err and "allowed range is [" in err
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+@pytest.mark.parametrize(("kind", "line", "field"), BAD_FILES)
+def test_tiny_or_boolean_numbers_in_spec_files_are_one_line_errors(
+    tmp_path: Path,
+    kind: str,
+    line: str,
+    field: str,
+    as_json: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = str(_spec_file(tmp_path, kind, line))
+    model = path if kind == "model" else "gpt3-1.3b"
+    system = path if kind == "system" else "dgx-a100-80g"
+    stack = ["--stack", path] if kind == "stack" else []
+    argv = ["plan", "--model", model, "--system", system, "--gpus", "16", "--global-batch", "64"]
+    assert main([*argv, *stack, "--time-limit", "5", *as_json]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("planner: error: ") and err.count("\n") == 1
+    assert field in err
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_a_plan_past_the_solvers_time_range_is_an_input_error(
+    tmp_path: Path, as_json: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One-second network latencies and 10k-parameter DP buckets, each inside its range,
+    together make a step of ~10^9 s, past the cap of the solver's time tables: the answer is
+    refused (the objective and the evaluation disagree) rather than called optimal."""
+    tiers = hardware_catalog.load_system("dgx-a100-80g").model_dump()["network_tiers"]
+    slow = [{**tier, "latency_us": 1e6} for tier in tiers]
+    system = _spec_file(tmp_path, "system", json.dumps({"network_tiers": slow}))
+    stack = _spec_file(tmp_path, "stack", "{dp_bucket_params: 10000, dp_bucket_params_per_rank: 0}")
+    argv = ["plan", "--model", "gpt3-175b", "--system", str(system), "--stack", str(stack)]
+    argv += ["--gpus", "1024", "--global-batch", "1536", "--pin", "dp=128", *as_json]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "beyond the range the solver's tables hold" in err
+
+
+def test_json_answers_hold_no_infinity(capsys: pytest.CaptureFixture[str]) -> None:
+    """What --json prints is strict JSON: a non-finite number, at any depth, is null."""
+    from planner.cli import _print_json
+
+    _print_json({"step_time_s": float("inf"), "rows": [{"mfu": float("nan")}, 1.5], "n": 3})
+    printed = json.loads(capsys.readouterr().out, parse_constant=_not_json)
+    assert printed == {"step_time_s": None, "rows": [{"mfu": None}, 1.5], "n": 3}
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value encountered")
+def test_a_non_finite_step_time_is_an_input_error_not_an_answer() -> None:
+    """Were a number outside the ranges to reach the cost model (here a stack built without
+    validation), the estimate refuses the infinite step time it gives."""
+    from planner.cost.context import CostContext
+    from planner.cost.step import Knobs, evaluate_terms
+    from planner.errors import InputError
+    from planner.estimate import build_estimate
+    from planner.specs import JobSpec, StackProfile
+
+    fields = hardware_catalog.load_stack("megatron-core").model_dump()
+    stack = StackProfile.model_construct(**{**fields, "gemm_efficiency": 5e-324})
+    model, system = (
+        hardware_catalog.load_model("gpt3-1.3b"),
+        hardware_catalog.load_system("dgx-h100"),
+    )
+    ctx = CostContext(model, system, JobSpec(global_batch=64), stack=stack)
+    terms = evaluate_terms(ctx, Knobs.of(dp=8))
+    with pytest.raises(InputError, match="not a finite positive time"):
+        build_estimate(ctx, terms, 8, [])
