@@ -35,41 +35,72 @@ def key(rows: list[dict]) -> list[tuple]:
     return sorted((r["id"], r["status"], r.get("strategy"), r.get("step_time_s")) for r in rows)
 
 
-def test_cli_ray_sweep_joins_a_running_cluster(tmp_path: Path) -> None:
-    """`ray start --head --block` on a free port, then `planner sweep --backend ray --address
-    HOST:PORT` in another process: the rows of the local backend. The head is this test's own
-    process (stopped with it), so a developer's other Ray instances are left alone."""
+def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def test_cli_ray_sweep_joins_a_running_cluster(tmp_path: Path) -> None:
+    """`ray start --head --block` on a free port, then `planner sweep --backend ray --address
+    HOST:PORT` in another process, and through Ray Client (``ray://``, the extra's
+    ``ray[client]``): the rows of the local backend. The head is this test's own process
+    (stopped with it), so a developer's other Ray instances are left alone."""
+    port, client_port = _free_port(), _free_port()
+    cluster_file = _cluster_file()
+    before = cluster_file.read_text() if cluster_file.exists() else None
     env = os.environ | {"RAY_AUTH_MODE": "disabled"}
     head = subprocess.Popen(
         [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
-        + ["--port", str(port), "--num-cpus", "2", "--include-dashboard", "false"],
+        + ["--port", str(port), "--ray-client-server-port", str(client_port)]
+        + ["--num-cpus", "2", "--include-dashboard", "false"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    study = write(tmp_path, STUDY)
+    joined = {}
     try:
         _wait_for_port(port, head)
-        study = write(tmp_path, STUDY)
-        joined = subprocess.run(
-            [sys.executable, "-m", "planner", "sweep", str(study), "--backend", "ray"]
-            + ["--out", str(tmp_path / "ray"), "--address", f"127.0.0.1:{port}"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        _wait_for_port(client_port, head)
+        for name, address in (
+            ("ray", f"127.0.0.1:{port}"),
+            ("client", f"ray://127.0.0.1:{client_port}"),
+        ):
+            joined[name] = subprocess.run(
+                [sys.executable, "-m", "planner", "sweep", str(study), "--backend", "ray"]
+                + ["--out", str(tmp_path / name), "--address", address],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     finally:
         head.terminate()
         head.wait(timeout=60)
-    assert joined.returncode == 0, joined.stderr
-    assert "8 scenarios" in joined.stdout
+        _restore(cluster_file, before)
     from planner.sweep import read_rows
 
     local = run_study(load_study(study), tmp_path / "local")
-    assert key(read_rows(tmp_path / "ray")) == key(local)
+    for name, finished in joined.items():
+        assert finished.returncode == 0, finished.stderr
+        assert "8 scenarios" in finished.stdout
+        assert key(read_rows(tmp_path / name)) == key(local)
+
+
+def _cluster_file() -> Path:
+    """Where `ray start` records its head for ``--address auto`` (Ray's temporary folder)."""
+    folder = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(folder) / "ray" / "ray_current_cluster"
+
+
+def _restore(path: Path, text: str | None) -> None:
+    """Put back the cluster file as it was before this test's head wrote it (a stopped head's
+    address there would send a later ``--address auto`` to a port nothing answers)."""
+    if text is not None:
+        path.write_text(text)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _wait_for_port(port: int, head: subprocess.Popen, timeout_s: float = 60) -> None:
@@ -100,6 +131,69 @@ def test_bad_backend_requests_are_one_line(
     assert main(["sweep", str(study), "--out", str(tmp_path / "r"), *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.fixture
+def silent_port():
+    """A 127.0.0.1 port that accepts connections and never answers (not a Ray head)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield server.getsockname()[1]
+    server.close()
+
+
+def _sweep_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str) -> str:
+    """The one error line of a Ray sweep joining ``address``, which must come within 20 s."""
+    study = write(tmp_path, STUDY)
+    started = time.monotonic()
+    flags = ["--backend", "ray", "--address", address]
+    assert main(["sweep", str(study), "--out", str(tmp_path / "r"), *flags]) == 2
+    assert time.monotonic() - started < 20
+    err = capsys.readouterr().err
+    assert err.startswith("planner: error: --address ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_port_that_is_not_ray_is_refused_after_the_stated_wait(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    silent_port: int,
+) -> None:
+    """Ray retries such a port for minutes; the join is given JOIN_TIMEOUT_S (here 4 s)."""
+    import planner.ray_backend
+
+    monkeypatch.setattr(planner.ray_backend, "JOIN_TIMEOUT_S", 4.0)
+    err = _sweep_error(tmp_path, capsys, f"127.0.0.1:{silent_port}")
+    assert "no Ray cluster answered within 4 s" in err
+    assert f"tried 127.0.0.1:{silent_port}" in err
+
+
+@pytest.mark.parametrize("listening", [False, True])
+def test_auto_with_a_stale_cluster_file_says_what_it_tried(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    silent_port: int,
+    listening: bool,
+) -> None:
+    """``--address auto`` reads the address of the last `ray start` (RAY_TMPDIR/ray/
+    ray_current_cluster): a head that is gone, or a port that is no longer Ray's, is one line
+    naming that address."""
+    import planner.ray_backend
+
+    monkeypatch.setattr(planner.ray_backend, "JOIN_TIMEOUT_S", 4.0)
+    port = silent_port if listening else _free_port()
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    err = _sweep_error(tmp_path, capsys, "auto")
+    if listening:
+        assert f"no Ray cluster answered within 4 s (tried 127.0.0.1:{port} (from auto" in err
+    else:
+        assert f"no Ray cluster answers (nothing answers at 127.0.0.1:{port} (from auto" in err
 
 
 def test_ray_missing_names_the_extra(
