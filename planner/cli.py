@@ -1097,6 +1097,7 @@ def run_plot(args: argparse.Namespace, console: Console) -> int:
         Path(args.out) if args.out else None,
         mfu_lines=tuple(args.mfu_line),
         gbps_lines=tuple(args.gbps_line),
+        warn=lambda line: _print_error(f"planner: warning: {line}"),
     )
     console.print(f"wrote {path}")
     return EXIT_OK

@@ -570,43 +570,51 @@ def preload_files(files: SpecFiles) -> None:
 
 
 def read_study(out: Path) -> Study | None:
-    """The study a results folder was swept from (None for a folder without one)."""
+    """The study a results folder was swept from (None for a folder without one, or whose
+    study.json is not a study)."""
     try:
         return Study.model_validate_json((out / STUDY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValidationError):
+    except (OSError, UnicodeDecodeError, ValidationError):
         return None
 
 
 def read_rows(out: Path) -> list[dict[str, Any]]:
     """Rows already written, one per scenario id (lines that are not whole rows are skipped)."""
-    return list(_parse_rows(out / "rows.jsonl")[0].values())
+    return read_rows_counted(out)[0]
 
 
-def _parse_rows(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
-    """(rows by id, whether the file holds anything else: a torn line, a repeated id)."""
+def read_rows_counted(out: Path) -> tuple[list[dict[str, Any]], int]:
+    """(rows already written, one per scenario id; how many lines were not whole rows)."""
+    rows, unreadable = _parse_rows(out / "rows.jsonl")
+    return list(rows.values()), unreadable
+
+
+def _parse_rows(path: Path) -> tuple[dict[str, dict[str, Any]], int]:
+    """(rows by id, how many lines are something else: torn, not JSON, not UTF-8, a row without
+    an id, a repeated id)."""
     if not path.exists():
-        return {}, False
+        return {}, 0
     rows: dict[str, dict[str, Any]] = {}
     lines = path.read_bytes().split(b"\n")
     whole = lines[:-1]  # the last piece is empty when the file ends a line, else torn
-    dirty = lines[-1] != b""
+    unreadable = int(lines[-1] != b"")
     for line in whole:
         try:
             row = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            dirty = True
+            unreadable += 1
             continue
         if not isinstance(row, dict) or not isinstance(row.get("id"), str) or row["id"] in rows:
-            dirty = True
+            unreadable += 1
             continue
         rows[row["id"]] = row
-    return rows, dirty
+    return rows, unreadable
 
 
 def _repair_rows(path: Path) -> list[dict[str, Any]]:
     """The whole rows of ``path``; rewritten atomically first if it holds anything else."""
-    rows, dirty = _parse_rows(path)
-    if dirty:
+    rows, unreadable = _parse_rows(path)
+    if unreadable:
         _replace_atomically(path, "".join(json.dumps(row) + "\n" for row in rows.values()))
     return list(rows.values())
 

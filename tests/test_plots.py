@@ -5,6 +5,8 @@ min-hardware study; then each kind drawn once."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,143 @@ def test_each_kind_draws_and_bad_requests_exit_2(
     assert main(["plot", str(out), "--kind", "mfu-vs-gpus", "--mfu-line", "75"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and "--mfu-line" in errors[1]
+
+
+def _copy_results(source: Path, target: Path, change=None) -> Path:  # noqa: ANN001
+    """A copy of a results folder, ``change`` applied to its first feasible row."""
+    target.mkdir()
+    (target / "study.json").write_bytes((source / "study.json").read_bytes())
+    rows = [json.loads(line) for line in (source / "rows.jsonl").read_text().splitlines()]
+    if change is not None:
+        change(next(row for row in rows if row.get("step_time_s") is not None))
+    (target / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return target
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda r: r.update(mfu="eight"), "mfu = 'eight' is not a finite number"),
+        (lambda r: r.update(gpus="eight"), "gpus = 'eight' is not a positive whole number"),
+        (lambda r: r.update(step_time_s=0.0), "step_time_s = 0.0 is not positive"),
+        (
+            lambda r: r.update(time_forward_s=None, hbm_gib=True),
+            "hbm_gib = True is not a finite number",
+        ),
+        (lambda r: r.pop("mfu"), "a step time without its mfu"),
+        (lambda r: r.pop("model"), "model = None is not a name"),
+        (lambda r: r.pop("gpus"), "gpus = None is not a positive whole number"),
+    ],
+)
+def test_a_row_a_chart_cannot_place_is_left_out_and_said(
+    tmp_path: Path,
+    plan_rows: tuple[Path, list[dict]],
+    capsys: pytest.CaptureFixture[str],
+    change,  # noqa: ANN001
+    reason: str,
+) -> None:
+    source, rows = plan_rows
+    feasible = [r["id"] for r in rows if r.get("step_time_s") is not None]
+    out = _copy_results(source, tmp_path / "odd", change)
+    changed = next(
+        json.loads(line)["id"]
+        for line in (source / "rows.jsonl").read_text().splitlines()
+        if json.loads(line).get("step_time_s") is not None
+    )
+    said: list[str] = []
+    drawn = chart(out, "mfu-vs-gpus", warn=said.append)
+    ids = {i for panel in drawn.panels for line in panel.lines for i in line.row_ids}
+    assert ids == set(feasible) - {changed}
+    assert said == [f"{out}: left out 1 row a chart cannot place (first: {changed!r}: {reason})"]
+    pytest.importorskip("matplotlib")
+    for kind in ("mfu-vs-gpus", "mfu-vs-model", "breakdown", "memory", "offload-bandwidth"):
+        target = tmp_path / f"{kind}.png"
+        assert main(["plot", str(out), "--kind", kind, "--out", str(target)]) == 0, kind
+        err = capsys.readouterr().err
+        assert err.startswith("planner: warning: ") and reason in err and err.count("\n") == 1
+        assert target.stat().st_size > 5000
+
+
+def test_lines_that_are_not_rows_and_a_study_file_that_is_not_text(
+    tmp_path: Path, plan_rows: tuple[Path, list[dict]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _copy_results(plan_rows[0], tmp_path / "bytes")
+    with (out / "rows.jsonl").open("ab") as sink:
+        sink.write(b"\xff\xfe not a row\n[1, 2]\n")
+    with (out / "study.json").open("ab") as sink:
+        sink.write(b"\xff")
+    said: list[str] = []
+    drawn = chart(out, "breakdown", warn=said.append)
+    assert sum(len(panel.bars) for panel in drawn.panels) == len(plan_rows[1])
+    assert said == [f"{out}: left out 2 lines of rows.jsonl that are not rows"]
+    assert drawn.title.startswith("sweep: ")  # the study file is not read
+
+
+def test_the_output_is_refused_before_anything_is_drawn(
+    tmp_path: Path,
+    plan_rows: tuple[Path, list[dict]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wrong --out is one line at once, not after the render; a write that fails (a full
+    device) is an error, never 'wrote'."""
+    pytest.importorskip("matplotlib")
+    import planner.plots.render
+
+    out = plan_rows[0]
+    (tmp_path / "folder").mkdir()
+    cases = {
+        str(tmp_path / "p.txt"): "the suffix names the format; allowed: .png, .svg",
+        str(tmp_path / "noext"): "the suffix names the format",
+        str(tmp_path / "folder"): "a folder; name an image file",
+        str(tmp_path / "missing" / "x.png"): f"no folder {tmp_path / 'missing'}",
+    }
+    real_draw = planner.plots.render.draw
+    monkeypatch.setattr(planner.plots.render, "draw", lambda *a: pytest.fail("drew"))
+    for target, message in cases.items():
+        assert main(["plot", str(out), "--kind", "breakdown", "--out", target]) == 2, target
+        err = capsys.readouterr().err
+        assert err == f"planner: error: --out {target}: {message}" + err.split(message, 1)[1]
+        assert err.count("\n") == 1
+    assert not (tmp_path / "folder.png").exists() and not (tmp_path / "p.txt").exists()
+    monkeypatch.setattr(planner.plots.render, "draw", real_draw)
+    if not Path("/dev/full").exists():
+        return
+    full = tmp_path / "full.png"
+    full.symlink_to("/dev/full")
+    assert main(["plot", str(out), "--kind", "breakdown", "--out", str(full)]) == 2
+    captured = capsys.readouterr()
+    assert "wrote" not in captured.out
+    assert captured.err == f"planner: error: --out {full}: No space left on device\n"
+
+
+def test_a_chart_past_the_drawing_limits_is_refused(
+    tmp_path: Path, plan_rows: tuple[Path, list[dict]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Thousands of rows: refused in seconds, naming the limit (it was a FreeType error after
+    20 s for bars, minutes of drawing for lines)."""
+    from planner.plots import charts
+
+    first = next(row for row in plan_rows[1] if row.get("step_time_s") is not None)
+    big = tmp_path / "big"
+    big.mkdir()
+    rows = [first | {"id": f"{first['id']}|seq_len={n}", "seq_len": n} for n in range(1, 1501)]
+    (big / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    limits = {
+        "breakdown": f"1,500 bars (a bar per row) in panel 'gpt3-1.3b'; a chart draws at most "
+        f"{charts.MAX_BARS_PER_PANEL} per panel",
+        "mfu-vs-gpus": f"1,500 series (a legend entry each: a line per combination of the "
+        f"varying axes); a chart draws at most {charts.MAX_SERIES}",
+    }
+    for kind, message in limits.items():
+        started = time.perf_counter()
+        assert main(["plot", str(big), "--kind", kind, "--out", str(tmp_path / "x.png")]) == 2
+        assert time.perf_counter() - started < 10
+        err = capsys.readouterr().err
+        assert (
+            err == f"planner: error: {big}: --kind {kind}: {message}; plot a study with fewer "
+            "axis values\n"
+        )
+    within = rows[: charts.MAX_BARS_PER_PANEL]
+    (big / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in within))
+    assert charts.size_problem(chart(big, "breakdown")) == ""

@@ -13,14 +13,18 @@ min-hardware study's goal, against model size).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from planner.errors import InputError
 from planner.plots import charts
 from planner.quantities import PLOT_KINDS
-from planner.sweep import read_rows, read_study, scenarios
+from planner.sweep import Study, read_rows_counted, read_study, scenarios
 
 KINDS = PLOT_KINDS
+FORMATS = ("png", "svg")
+"""Image formats, named by the --out file's suffix."""
 
 
 def chart(
@@ -28,17 +32,59 @@ def chart(
     kind: str,
     mfu_lines: tuple[float, ...] = (),
     gbps_lines: tuple[float, ...] = (),
+    warn: Callable[[str], None] | None = None,
 ) -> charts.Chart:
-    """The chart of ``kind`` for the rows in ``results`` (no drawing)."""
+    """The chart of ``kind`` for the rows in ``results`` (no drawing). Lines of rows.jsonl
+    that are not rows, and rows a chart cannot place (charts.row_problem), are left out and
+    counted in one ``warn`` line; a chart larger than charts' limits is refused."""
     if kind not in KINDS:
         raise InputError(f"--kind {kind!r}: allowed: {', '.join(KINDS)}")
-    rows = read_rows(results)
+    if not results.is_dir():
+        raise InputError(f"{results}: no such results folder (a sweep's --out)")
+    rows = _rows(results, warn)
     if not any(r.get("step_time_s") is not None for r in rows):
         raise InputError(f"{results}: no finished feasible rows to plot (run planner sweep)")
     study = read_study(results)
     if study is not None:  # the study's order, not the order in which workers finished
         order = {s["id"]: i for i, s in enumerate(scenarios(study))}
         rows.sort(key=lambda row: order.get(row["id"], len(order)))
+    drawn = _build(kind, rows, study, mfu_lines, gbps_lines)
+    too_large = charts.size_problem(drawn)
+    if too_large:
+        raise InputError(
+            f"{results}: --kind {kind}: {too_large}; plot a study with fewer axis values"
+        )
+    return drawn
+
+
+def _rows(results: Path, warn: Callable[[str], None] | None) -> list[dict]:
+    """The rows a chart can place; the others counted in one ``warn`` line."""
+    rows, unreadable = read_rows_counted(results)
+    kept = [row for row in rows if not charts.row_problem(row)]
+    left_out = [row for row in rows if charts.row_problem(row)]
+    if (unreadable or left_out) and warn is not None:
+        parts = [f"{_count(unreadable, 'line')} of rows.jsonl that are not rows"] * bool(unreadable)
+        if left_out:
+            first = left_out[0]
+            parts.append(
+                f"{_count(len(left_out), 'row')} a chart cannot place (first: {first['id']!r}: "
+                f"{charts.row_problem(first)})"
+            )
+        warn(f"{results}: left out " + " and ".join(parts))
+    return kept
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+
+
+def _build(
+    kind: str,
+    rows: list[dict],
+    study: Study | None,
+    mfu_lines: tuple[float, ...],
+    gbps_lines: tuple[float, ...],
+) -> charts.Chart:
     if kind == "mfu-vs-gpus":
         return charts.mfu_vs_gpus(rows, study, mfu_lines)
     if kind == "mfu-vs-model":
@@ -52,21 +98,56 @@ def chart(
     }[kind](rows, study)
 
 
+def check_target(target: Path) -> str:
+    """The image format of ``target`` (its suffix: FORMATS), refused before any drawing when
+    it is a folder, has another suffix, or lies in a folder that does not exist or cannot be
+    written."""
+    if target.is_dir():
+        raise InputError(f"--out {target}: a folder; name an image file (.png or .svg)")
+    image_format = target.suffix.lower().removeprefix(".")
+    if image_format not in FORMATS:
+        raise InputError(
+            f"--out {target}: the suffix names the format; allowed: "
+            + ", ".join(f".{f}" for f in FORMATS)
+        )
+    folder = target.parent
+    if not folder.is_dir():
+        raise InputError(f"--out {target}: no folder {folder}")
+    writable = os.access(target, os.W_OK) if target.exists() else os.access(folder, os.W_OK)
+    if not writable:
+        raise InputError(f"--out {target}: not writable here (permission denied)")
+    return image_format
+
+
 def plot(
     results: Path,
     kind: str,
     out: Path | None = None,
     mfu_lines: tuple[float, ...] = (),
     gbps_lines: tuple[float, ...] = (),
+    warn: Callable[[str], None] | None = None,
 ) -> Path:
-    """Draw one view of the rows in ``results`` to ``out`` (PNG or SVG by suffix)."""
+    """Draw one view of the rows in ``results`` to ``out`` (PNG or SVG by suffix; default
+    ``results/KIND.png``). The target is checked first, the image is drawn in memory and then
+    written, so a failed write (a full disk) is an OSError, never a reported success. What was
+    left out is said through ``warn`` once the image is written."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError("planner plot needs matplotlib: pip install '.[plot]'") from None
     from planner.plots.render import draw
 
-    drawn = chart(results, kind, mfu_lines, gbps_lines)
+    if not results.is_dir():
+        raise InputError(f"{results}: no such results folder (a sweep's --out)")
     target = out or results / f"{kind}.png"
-    draw(drawn, target)
+    image_format = check_target(target)
+    notes: list[str] = []
+    image = draw(chart(results, kind, mfu_lines, gbps_lines, notes.append), image_format)
+    try:
+        with target.open("wb") as sink:
+            sink.write(image)
+    except OSError as error:  # a full disk, a special file: never a reported success
+        raise InputError(f"--out {target}: {error.strerror or error}") from None
+    for note in notes if warn is not None else ():
+        warn(note)
     return target

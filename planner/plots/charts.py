@@ -11,6 +11,7 @@ memory; one per GPU count (and other fixed combination) for offload bandwidth.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,76 @@ QUANTITY_NAMES = {
 UNLIMITED_GBPS = 10_000.0
 """An offload bandwidth at or above this (faster than any HBM) stands for "unlimited": the
 reference of the offload-bandwidth plot, not a point on its axis."""
+
+
+MAX_PANELS = 32
+MAX_BARS_PER_PANEL = 100
+MAX_BARS = 400
+MAX_SERIES = 40
+"""What one chart draws at most: panels, bars per panel and in all (a bar per row), and
+series (lines or stacked segments, one legend entry each). Past these a figure is unreadable
+(and its fonts shrink until FreeType refuses them), so a larger study is refused, saying which
+limit it passes, rather than drawn for minutes."""
+
+NUMBER_KEYS = frozenset({"gpus", "global_batch", "mfu", "tokens_per_s", "minimum", *HARDWARE_AXES})
+NUMBER_SUFFIXES = ("_s", "_gib", "_gbps")
+"""Row keys whose values a chart reads as numbers (times, memory, bandwidths, the scenario's
+counts); every other key is shown as text."""
+TEXT_KEYS = ("id", "model", "system", "status")
+
+
+def row_problem(row: dict[str, Any]) -> str:
+    """Why a chart cannot place ``row`` ('' if it can): the scenario's names are text, the GPU
+    count and batch whole numbers, every number key a finite number or empty, and a feasible row
+    (one with a step time) has a positive step time and its MFU."""
+    for key in TEXT_KEYS:
+        if not isinstance(row.get(key), str):
+            return f"{key} = {row.get(key)!r} is not a name"
+    for key in ("gpus", "global_batch"):
+        value = row.get(key)
+        if (key == "gpus" or value is not None) and not (_whole(value) and value > 0):
+            return f"{key} = {value!r} is not a positive whole number"
+    for key, value in row.items():
+        numeric = key in NUMBER_KEYS or key.endswith(NUMBER_SUFFIXES)
+        if numeric and value is not None and not _finite(value):
+            return f"{key} = {value!r} is not a finite number"
+    if row.get("step_time_s") is not None and row.get("mfu") is None:
+        return "a step time without its mfu"
+    if row.get("step_time_s") is not None and not row["step_time_s"] > 0:
+        return f"step_time_s = {row['step_time_s']!r} is not positive"
+    return ""
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def size_problem(chart: Chart) -> str:
+    """Which drawing limit ``chart`` passes ('' if none): MAX_PANELS, MAX_BARS_PER_PANEL,
+    MAX_BARS or MAX_SERIES."""
+    if len(chart.panels) > MAX_PANELS:
+        return f"{len(chart.panels):,} panels; a chart draws at most {MAX_PANELS}"
+    for panel in chart.panels:
+        if len(panel.bars) > MAX_BARS_PER_PANEL:
+            return (
+                f"{len(panel.bars):,} bars (a bar per row) in panel {panel.title!r}; a chart "
+                f"draws at most {MAX_BARS_PER_PANEL} per panel"
+            )
+    bars = sum(len(panel.bars) for panel in chart.panels)
+    if bars > MAX_BARS:
+        return f"{bars:,} bars (a bar per row); a chart draws at most {MAX_BARS}"
+    series = {line.label for panel in chart.panels for line in panel.lines}
+    series |= {name for panel in chart.panels for bar in panel.bars for name, _ in bar.segments}
+    if len(series) > MAX_SERIES:
+        return (
+            f"{len(series):,} series (a legend entry each: a line per combination of the "
+            f"varying axes); a chart draws at most {MAX_SERIES}"
+        )
+    return ""
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ colour across panels), the chart's title on top."""
 
 from __future__ import annotations
 
+import io
 import math
-from pathlib import Path
 from typing import Any
 
 from planner.plots.charts import Chart, Panel
@@ -20,7 +20,8 @@ MAX_WIDTH_PX = 2400
 """Wider figures get a lower resolution, so a committed image stays a few hundred KB."""
 
 
-def draw(chart: Chart, target: Path) -> None:
+def draw(chart: Chart, image_format: str) -> bytes:
+    """The chart as an image file's bytes (``image_format``: png or svg)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,8 +60,11 @@ def draw(chart: Chart, target: Path) -> None:
             frameon=False,
         )
     figure.tight_layout(rect=(0, 0, 1.0 - legend_in / figure.get_figwidth(), 0.96))
-    figure.savefig(target, dpi=min(110, MAX_WIDTH_PX / figure.get_figwidth()))
+    image = io.BytesIO()
+    dpi = min(110, MAX_WIDTH_PX / figure.get_figwidth())
+    figure.savefig(image, format=image_format, dpi=dpi)
     plt.close(figure)
+    return image.getvalue()
 
 
 def _colours(chart: Chart, plt: Any) -> dict[str, Any]:
