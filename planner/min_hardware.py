@@ -83,6 +83,10 @@ GPU_CANDIDATE_PLANS = 256
 answer is unknown. gpt3-175b at step ≤ 10 s plans 5 counts (the floor is 530 GPUs, the answer
 704), llama3-405b at 15T tokens in 60 days 7 (floor 11,713, answer 20,480: 1,089 of the node
 multiples between have no tp·cp·pp·dp)."""
+GPU_COUNT_WORK_UNITS = 10.0
+"""The most deterministic work one GPU count's plan may spend in a fewest-GPUs query: a count
+it leaves unrefuted makes the answer unproven, but does not spend the whole query's budget
+(the counts of benchmarks/min_hardware_latency.py need at most 0.1 units each)."""
 FLOOR_MARGIN = 1e-2
 """The compute floor is lowered by 1 %: plan's integer tables round each term to its time
 unit (< 0.1 % of the step, DESIGN.md §5), so plan may accept a count a hair under the exact
@@ -342,11 +346,16 @@ class _Query:
         system: SystemSpec | None = None,
         gpus: int | None = None,
         diagnose: bool | str = False,
+        cap_units: float | None = None,
     ) -> Plan:
         """plan with the query's goal, pins and limits, within what is left of its budget
-        (status unknown, without solving, when nothing is left), charged to it."""
+        and at most ``cap_units`` work units (status unknown, without solving, when nothing
+        is left), charged to it."""
         if self.budget.exhausted():
             return Plan(status="unknown", strategy=None, estimate=None, solver=None)
+        work_limit = self.budget.units_left()
+        if cap_units is not None:
+            work_limit = cap_units if work_limit is None else min(work_limit, cap_units)
         result = plan(
             self.model,
             system or self.system,
@@ -355,7 +364,7 @@ class _Query:
             pins=self.pins,
             target=self.target,
             time_limit_s=self.budget.seconds_left(),
-            work_limit=self.budget.units_left(),
+            work_limit=work_limit,
             diagnose=diagnose,
             **self.limits,
         )
@@ -499,7 +508,7 @@ class _Query:
             if found.plans >= GPU_CANDIDATE_PLANS or self.budget.exhausted():
                 found.stopped_at = count
                 return ("unknown", None, None)
-            result = self.plan_at(gpus=count)
+            result = self.plan_at(gpus=count, cap_units=GPU_COUNT_WORK_UNITS)
             found.plans += 1
             if result.strategy is not None:
                 return self.gpu_answer(count, result, below)

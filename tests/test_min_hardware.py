@@ -24,7 +24,7 @@ from planner.min_hardware import (
     pareto,
     with_bandwidth_levels,
 )
-from planner.plan import plan
+from planner.plan import Plan, plan
 from planner.search_space import build_search_space
 from planner.specs import JobSpec, Strategy
 from tests.conftest import gpt_model, simple_system
@@ -580,3 +580,35 @@ def test_an_mfu_above_the_compute_floor_is_refuted_at_once() -> None:
     assert result.status == "infeasible" and result.minimum is None
     assert [c.family for c in result.diagnosis.conflicts] == ["target"]
     assert result.work_units < 5
+
+
+def test_a_count_whose_plan_ran_out_leaves_the_answer_unproven(monkeypatch) -> None:
+    """A count whose plan ran out of work is neither refuted nor skipped: the least count
+    found after it is the answer, not proven, and the count is listed as unrefuted."""
+    import planner.min_hardware as module
+
+    sys = system()
+    fastest_on_8 = plan(MODEL, sys, JOB, 8, diagnose=False).estimate.step_time_s
+    target = PerformanceTarget(max_step_s=fastest_on_8 * 0.6)
+    planned: list[int] = []
+
+    def recording(*args, **kwargs):
+        planned.append(args[3])
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(module, "plan", recording)
+    exact = min_hardware(MODEL, sys, JOB, "gpus", target=target).minimum
+    assert exact.proven and planned[0] < exact.value
+    cut_short = planned[0]  # refuted by plan in the exact run
+
+    def running_out(*args, **kwargs):
+        if args[3] == cut_short:
+            return Plan(status="unknown", strategy=None, estimate=None, solver=None)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(module, "plan", running_out)
+    result = min_hardware(MODEL, sys, JOB, "gpus", target=target)
+    minimum = result.minimum
+    assert result.status == "feasible" and not minimum.proven
+    assert minimum.value == exact.value and minimum.unrefuted == [cut_short]
+    assert "1 unknown (plan ran out of budget)" in minimum.evidence
