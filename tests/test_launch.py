@@ -22,6 +22,7 @@ from planner import launch
 from planner.api import as_model, as_system, evaluate
 from planner.cli import main
 from planner.errors import InputError
+from planner.launch.restrict import plan_for
 from planner.rules import divisors, strategy_violations
 from planner.search_space import stage_layouts
 from planner.specs import OFFLOAD_STEPS, PLACEMENT_CODES, JobSpec, Strategy
@@ -697,3 +698,47 @@ def test_plan_emit_infeasible_only_for_the_format(
     else:
         assert "--emit torchtitan: only the strategies torchtitan can run" in out
         assert "without --emit torchtitan" in out
+
+
+PLAN_MODELS = {
+    "megatron": ["gpt3-1.3b", "llama3-8b", "gpt3-13b", "mixtral-8x7b"],
+    "nemo": ["gpt3-1.3b", "llama3-8b", "gpt3-13b", "mixtral-8x7b"],
+    "torchtitan": ["llama3-8b", "llama3-70b"],
+}
+PLAN_SYSTEMS = [OFFLOAD_SYSTEM, "dgx-a100-80g", "dgx-a100-40g"]
+
+
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_plan_emit_round_trips_on_random_problems(fmt: str) -> None:
+    """plan_for on random problems (offload tiers, long sequences for CP, dp = 1, MoE): the
+    emitted configuration reads back as the plan's strategy, job and step time exactly."""
+
+    @settings(max_examples=5, deadline=None, database=None)
+    @given(
+        st.sampled_from(PLAN_MODELS[fmt]),
+        st.sampled_from(PLAN_SYSTEMS),
+        st.sampled_from([8, 16, 32]),
+        st.sampled_from([4, 16, 64]),
+        st.sampled_from([None, 16384]),
+    )
+    def check(name: str, system_name: str, gpus: int, batch: int, seq: int | None) -> None:
+        model, system = as_model(name), as_system(system_name)
+        job = JobSpec(global_batch=batch, seq_len=seq)
+        result = plan_for(fmt, model, system, job, gpus)
+        if result.strategy is None:
+            assert result.status == "infeasible"
+            return
+        assert result.status == "optimal"
+        emitted = launch.emit(fmt, model, system, job, result.strategy)
+        assert not any(note.startswith("read back") for note in emitted.notes), emitted.notes
+        back = launch.read(fmt, emitted.text, system)
+        assert back.model == model and back.strategy == result.strategy
+        read_job = job.model_copy(update=back.job)
+        assert read_job.model_copy(update={"grad_dtype": None}) == job.model_copy(
+            update={"seq_len": seq or model.seq_len}
+        )
+        estimate = evaluate(model, system, read_job, back.strategy)
+        assert result.estimate is not None
+        assert estimate.step_time_s == result.estimate.step_time_s
+
+    check()

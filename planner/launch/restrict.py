@@ -25,8 +25,12 @@ from planner.api import evaluate
 from planner.diagnosis import Conflict, Diagnosis, Relaxation
 from planner.errors import InputError
 from planner.launch.common import LaunchConfig, Pins, Restriction
-from planner.plan import Alternative, Plan, plan
+from planner.plan import Alternative, Plan, SolverReport, plan
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+
+LIMITS = ("time_limit_s", "work_limit")
+"""planner.plan's limits: each part gets an equal share, so the search keeps to them (where no
+part fits, the unrestricted plan that says why gets them once more)."""
 
 
 @dataclass
@@ -59,9 +63,10 @@ def plan_for(
     if not parts:
         raise InputError(_refused_pins(fmt, restriction, user))
     caps = [f"--emit {fmt}: {cap}" for cap in restriction.caps]
+    shares = {k: v / len(parts) for k, v in options.items() if k in LIMITS and v is not None}
     solved = _Solved()
     for part in parts:
-        result = plan(model, system, job, gpus, pins=part, diagnose=False, **options)
+        result = plan(model, system, job, gpus, pins=part, diagnose=False, **(options | shares))
         solved.plans.append(result)
         if result.strategy is not None and (
             solved.best is None or _step(result) < _step(solved.best)
@@ -72,7 +77,9 @@ def plan_for(
         return _nothing_fits(
             fmt, model, system, job, gpus, user, diagnose, options, solved, restriction, started
         )
-    report = _merged_report(solved, best, caps, time.perf_counter() - started)
+    report = _merged_report(solved, best, caps, time.perf_counter() - started).model_copy(
+        update={k: v for k, v in options.items() if k in LIMITS}
+    )
     strategy = _as_read_back(fmt, model, system, job, best.strategy)  # type: ignore[arg-type]
     return best.model_copy(
         update={
@@ -102,16 +109,20 @@ def _step(result: Plan) -> float:
     return result.estimate.step_time_s if result.estimate is not None else float("inf")
 
 
-def _merged_report(solved: _Solved, best: Plan, caps: list[str], wall_time_s: float):
-    """The best part's solver report (its model counts) with the parts' time, work and space
-    summed: optimal only when every part is proven (optimal, or infeasible), the bound the
-    least of the parts' bounds."""
+def _merged_report(
+    solved: _Solved, best: Plan, caps: list[str], wall_time_s: float
+) -> SolverReport:
+    """The best part's solver report (its model counts, its limit's name) with the parts' time,
+    work and space summed: optimal only when every part is proven (optimal, or infeasible); the
+    bound the least of the parts' bounds (none where a part that may hold a strategy has
+    none)."""
     reports = [p.solver for p in solved.plans if p.solver is not None]
     proven = all(p.status in ("optimal", "infeasible") for p in solved.plans)
     report = best.solver
     assert report is not None  # a part with a strategy was solved
-    bounds = [r.bound_step_s for r in reports if r.bound_step_s is not None]
-    bound = min(bounds) if bounds and proven else report.bound_step_s
+    open_parts = [p for p in solved.plans if p.status != "infeasible"]
+    bounds = [p.solver.bound_step_s if p.solver else None for p in open_parts]
+    bound = None if None in bounds else min(bounds)  # type: ignore[type-var]
     objective = report.objective_step_s
     gap = None if bound is None or not objective else max(0.0, (objective - bound) / objective)
     update: dict[str, object] = {
@@ -121,9 +132,8 @@ def _merged_report(solved: _Solved, best: Plan, caps: list[str], wall_time_s: fl
         "gap": gap,
         "search_space": sum(r.search_space for r in reports),
         "caps": list(report.caps) + caps,
+        "work_units": sum(r.work_units for r in reports),
     }
-    if "work_units" in type(report).model_fields:
-        update["work_units"] = sum(getattr(r, "work_units", 0.0) for r in reports)
     return report.model_copy(update=update)
 
 
