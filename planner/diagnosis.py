@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -32,7 +33,7 @@ from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.rules import cp_allowed, cp_values, divisors
-from planner.search_space import build_search_space, stage_layouts
+from planner.search_space import SearchSpace, build_search_space, stage_layouts
 from planner.solving import (
     SOLVED,
     Budget,
@@ -49,11 +50,15 @@ CP-SAT deterministic units, inside what is left of the query's budget."""
 FEWEST_GPUS_WORK_UNITS = 10.0
 """Work cap of the whole fewest-GPUs search (all its plans); its answer is then the best found,
 marked unproven (and none found is not a proof that none fits)."""
-FEWEST_GPUS_SCAN = 8
+FEWEST_GPUS_SCAN = 6
 """Candidate GPU counts the fewest-GPUs search plans one by one from the smallest (each
-refuted is part of the proof of the minimum) before it gallops over the rest. A plan at a
-count takes 0.1-0.5 s, mostly building its model, which no work limit counts: this cap keeps
+refuted is part of the proof of the minimum) before it asks the free-count finder. A plan at
+a count takes 0.1-0.5 s, mostly building its model, which no work limit counts: this cap keeps
 the wait short where the answer is far (mt-128t on 64 A100s: thousands of counts to 61,440)."""
+FEWEST_GPUS_PROOF_SCAN = 16
+"""Where the finder's count is among the first this many candidates, the ones between the
+scan and it are planned too, which proves it least (or finds a smaller one): llama3-405b on 16
+H100s, batch 256: 96 GPUs, the 11th candidate."""
 NEW_TIER_GBPS = 100.0
 """Bandwidth assumed for an offload tier the system does not have (the SC23 poster's 100 GB/s)."""
 NEW_TIER_CAPACITY_GIB = 64.0 * 1024
@@ -578,12 +583,19 @@ class _Session:
     def fewest_gpus(self) -> _Least:
         """The fewest GPUs that admit a strategy, within FEWEST_GPUS_WORK_UNITS. Candidate
         counts (``gpu_counts``) are planned one by one from the smallest, FEWEST_GPUS_SCAN of
-        them: the first that plans is the answer, verified by that plan and proven least when
+        them: the first that plans is the answer, verified by its plan and proven least when
         every smaller candidate was proven infeasible. Past those, one model with the GPU count
         a decision variable (``solve_fewest_free``) finds a count, which a plan verifies: the
-        fewest found, proven least only where no candidate below it was left unplanned (the
-        free-count model's space is narrower than a plan's: pp divides the layers there). None
-        found is proven only when every candidate was refuted."""
+        fewest found, proven least only where every candidate below it was planned and refuted
+        (the scan goes on to it when it is among the first FEWEST_GPUS_PROOF_SCAN); the
+        finder's space is narrower than a plan's (pp divides the layers there, and
+        ``_finder_space``), so its minimum is no proof. None found is proven only when every
+        candidate was refuted.
+
+        Galloping over the counts instead (doubling, then bisecting; every probe a plan) finds
+        no fit for mt-72t on 16,384 offload H100s (13,312 fits, 16,384 does not; 3·2^k counts
+        none) and 245,760 where 61,440 fits for mt-128t on 64 A100s: fitting is far from
+        monotone in the count, while the free-count model finds both."""
         if not self.fewest_cache:
             self.fewest_cache.append(self.search_fewest_gpus())
         return self.fewest_cache[0]
@@ -623,35 +635,49 @@ class _Session:
         """fewest_gpus, searched."""
         budget = self.step(FEWEST_GPUS_WORK_UNITS)
         counts = self.gpu_counts()
-        refuted = 0
-        """How many of the smallest candidates were proven infeasible, in a row."""
-        for index, count in enumerate(counts[:FEWEST_GPUS_SCAN]):
-            result = self.checked_plan(gpus=count, budget=budget)
+        refuted: set[int] = set()
+        """Indices of the counts proven infeasible."""
+        fits: dict[int, object] = {}
+        """Plans that found a strategy, by count index."""
+
+        def fit(index: int) -> bool | None:
+            """Whether counts[index] plans (None: no budget left to plan it)."""
+            result = self.checked_plan(gpus=counts[index], budget=budget)
             if result is None:
-                return _Least(None, None, proven=False)
+                return None
             if result.strategy is not None:
-                return _Least(count, result.strategy, proven=refuted == index, result=result)
-            if result.status == "infeasible" and refuted == index:
-                refuted += 1
-        if len(counts) <= FEWEST_GPUS_SCAN:
-            return _Least(None, None, proven=refuted == len(counts))
+                fits[index] = result
+            elif result.status == "infeasible":
+                refuted.add(index)
+            return result.strategy is not None
+
+        def scan(stop: int) -> bool:
+            """Plan counts[:stop] in order, up to the first that fits or the budget's end;
+            whether the search is over."""
+            for index in range(min(stop, len(counts))):
+                if index not in refuted and fit(index) is not False:
+                    return True
+            return stop >= len(counts)
+
+        if scan(FEWEST_GPUS_SCAN):
+            return _fewest(counts, refuted, fits)
         least = self.solve_fewest_free(budget)
-        if least is None:
-            return _Least(None, None, proven=False)
-        result = self.checked_plan(gpus=least, budget=budget)
-        if result is None or result.strategy is None:
-            return _Least(None, None, proven=False)
-        proven = refuted == FEWEST_GPUS_SCAN and least == counts[FEWEST_GPUS_SCAN]
-        return _Least(least, result.strategy, proven=proven, result=result)
+        if least in counts[:FEWEST_GPUS_PROOF_SCAN]:
+            scan(counts.index(least) + 1)
+        elif least in counts:
+            fit(counts.index(least))
+        return _fewest(counts, refuted, fits)
 
     def solve_fewest_free(self, budget: Budget) -> int | None:
         """The fewest GPUs of one model whose GPU count tp·cp·pp·dp is a decision variable
-        (whole nodes when the problem's count is; at most gpu_counts's bound), or None if it
-        found none within ``budget``. Its tables vary along dp too: mt-128t on 64 A100s, 0.3
-        units of search but 5 s of loading (its 496k table entries)."""
+        (within ``gpu_range``), or None if it found none within ``budget``: a finder, whose
+        count a plan then verifies, so its space may be narrowed to what fits best (``finder
+        space``). Its tables vary along dp too: mt-128t on 64 A100s, 0.3 units of search but
+        5 s of loading its 496k table entries over the whole space."""
         bound, multiple = self.gpu_range()
+        space = self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple)
         try:
-            built = self.build(self.space(gpus=None, max_gpus=bound, gpu_multiple=multiple))
+            built = self.build(_finder_space(space, self.pins))
         except ModelTooLarge:  # a free GPU count adds dp to every dp-dependent table
             self.incomplete = True
             return None
@@ -780,6 +806,32 @@ class _Session:
                     )
                 ]
         return []
+
+
+def _finder_space(space: SearchSpace, pins: dict[str, int]) -> SearchSpace:
+    """``space`` with the knobs that only trade memory for time at their least-memory end
+    (unpinned): the smallest micro-batch, no partial recompute (full recompute stays), the
+    highest ZeRO stage. The fewest-GPUs finder searches it; its answer is verified by a plan
+    over the whole space. mt-72t on 16,384 offload H100s: 528k table entries → ..."""
+    domains = dict(space.domains)
+    if "micro_batch" not in pins:
+        domains["micro_batch"] = (min(domains["micro_batch"]),)
+    if "recompute_layers" not in pins:
+        domains["recompute_layers"] = (0,)
+    if "zero_stage" not in pins:
+        domains["zero_stage"] = (max(domains["zero_stage"]),)
+    return dataclasses.replace(space, domains=domains)
+
+
+def _fewest(counts: list[int], refuted: set[int], fits: dict[int, object]) -> _Least:
+    """The fewest of ``counts`` found to fit (its plan in ``fits``), proven least when every
+    smaller one is ``refuted``; none found is proven when every count is."""
+    if not fits:
+        return _Least(None, None, proven=len(refuted) == len(counts))
+    index = min(fits)
+    result = fits[index]
+    proven = all(i in refuted for i in range(index))
+    return _Least(counts[index], result.strategy, proven=proven, result=result)
 
 
 def _with_tier(system: SystemSpec, index: int, capacity_gib: float) -> SystemSpec:
