@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -156,18 +154,16 @@ def test_plan_an_moe_model(capsys: pytest.CaptureFixture[str], as_json: bool) ->
 def test_an_moe_plan_cut_short_says_how_many_of_its_parts_it_solved(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, as_json: bool
 ) -> None:
-    """The time runs out after the first part (ep 8): its answer is the best found, unproven
-    against the parts not started (bound 0), exit 0."""
-    real_solve, late = solving.solve, []
+    """The work budget runs out after the first part (ep 8): its answer is the best found,
+    unproven against the parts not started (bound 0), stopped by the work limit, exit 0."""
+    real_solve = solving.solve_within
 
-    def first_then_late(*args, **kwargs):
-        result = real_solve(*args, **kwargs)
-        late.append(True)
+    def first_then_spent(built, budget, *args, **kwargs):
+        result = real_solve(built, budget, *args, **kwargs)
+        budget.charge(budget.units_left())  # the rest of the budget, spent
         return result
 
-    clock = SimpleNamespace(perf_counter=lambda: 1e9 if late else time.perf_counter())
-    monkeypatch.setattr(solving, "solve", first_then_late)
-    monkeypatch.setattr(solving, "time", clock)
+    monkeypatch.setattr(solving, "solve_within", first_then_spent)
     assert main(_plan_mixtral_on_64(as_json)) == 0
     out = capsys.readouterr().out
     if as_json:
@@ -175,9 +171,11 @@ def test_an_moe_plan_cut_short_says_how_many_of_its_parts_it_solved(
         assert payload["status"] == "feasible" and payload["strategy"]["ep"] == 8
         solver = payload["solver"]
         assert (solver["models"], solver["parts"], solver["bound_step_s"]) == (1, 4, 0.0)
+        assert solver["stopped_by"] == "work limit"
     else:
         text = " ".join(out.split())
         assert "best found, gap 100.00%" in text and "1 of 4 models" in text
+        assert "stopped by the work limit (60 units)" in text
 
 
 def test_tp_must_split_the_expert_width(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
