@@ -33,7 +33,7 @@ GOLDEN = HERE / "golden" / "launch"
 GPT3_ARGS = HERE / "fixtures" / "launch" / "pretrain_gpt3_175B.args"
 OFFLOAD_SYSTEM = "h100-offload-512g"
 """A system whose tier 1 is host memory, so CPU offloading is expressible."""
-OK, BAD, INFEASIBLE = 0, 2, 3
+OK, BAD, INFEASIBLE, UNKNOWN = 0, 2, 3, 4
 JOB_FIELDS = ("global_batch", "seq_len", "precision", "grad_dtype", "attention")
 MODELS = {
     "megatron": ["llama3-8b", "gpt3-1.3b"],
@@ -742,3 +742,22 @@ def test_plan_emit_round_trips_on_random_problems(fmt: str) -> None:
         assert estimate.step_time_s == result.estimate.step_time_s
 
     check()
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_plan_emit_out_of_work_is_unknown(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """Parts cut short before any strategy: unknown (exit 4), never infeasible; the limit as
+    given and the restriction are stated."""
+    argv = ["plan", *REPRODUCER, "--emit", "torchtitan", "--work-limit", "0.0001"]
+    assert main([*argv, "--json"] if as_json else argv) == UNKNOWN
+    out, err = capsys.readouterr()
+    assert err == ""
+    if as_json:
+        payload = json.loads(out)
+        assert payload["status"] == "unknown" and payload["launch"] is None
+        assert payload["solver"]["work_limit"] == 0.0001
+        assert any(c.startswith("--emit torchtitan: ") for c in payload["solver"]["caps"])
+    else:
+        assert "No answer within" in out and "launch configuration" not in out

@@ -66,10 +66,14 @@ def _read_back_note(
     strategy: Strategy,
 ) -> str | None:
     """What ``config`` reads back as where its step time differs from ``strategy``'s, else
-    None: the same cost model evaluates both (planner.api.evaluate)."""
+    None (also for a strategy that breaks a rule: nothing to compare): the same cost model
+    evaluates both (planner.api.evaluate)."""
     from planner.api import evaluate
 
-    ours = evaluate(model, system, job, strategy).step_time_s
+    try:
+        ours = evaluate(model, system, job, strategy).step_time_s
+    except InputError:
+        return None
     try:
         back = read(fmt, config.text, system, strategy.gpus, model)
         assert back.strategy is not None  # read gives a strategy or raises

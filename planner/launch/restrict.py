@@ -197,11 +197,17 @@ def _nothing_fits(
     Otherwise the plan without the restriction: infeasible too, its diagnosis stands (the
     restricted space is inside it); else the restriction is the conflict, and the unrestricted
     plan its verified fix."""
-    if any(p.status not in ("infeasible",) for p in solved.plans):
-        first = next(p for p in solved.plans if p.status != "infeasible")
-        return first.model_copy(update={"status": "unknown", "strategy": None, "estimate": None})
-    free = plan(model, system, job, gpus, pins=user, diagnose=diagnose, **options)
     caps = [f"--emit {fmt}: {cap}" for cap in restriction.caps]
+    if any(p.status != "infeasible" for p in solved.plans):
+        first = next(p for p in solved.plans if p.status != "infeasible")
+        solver = first.solver
+        if solver is not None:
+            limits = {k: v for k, v in options.items() if k in LIMITS}
+            solver = solver.model_copy(update={"caps": solver.caps + caps} | limits)
+        return first.model_copy(
+            update={"status": "unknown", "strategy": None, "estimate": None, "solver": solver}
+        )
+    free = plan(model, system, job, gpus, pins=user, diagnose=diagnose, **options)
     if free.solver is not None:
         free = free.model_copy(
             update={"solver": free.solver.model_copy(update={"caps": free.solver.caps + caps})}
