@@ -8,9 +8,13 @@ import pytest
 import yaml
 
 import hardware_catalog
+from planner import limits as lim
 from planner.errors import InputError
 from planner.report import flatten, source_for
-from planner.specs import ModelSpec, SystemSpec
+from planner.specs import ModelSpec, StackProfile, SystemSpec
+from planner.validation import load_dataset, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SYSTEMS = [
     "dgx-a100-40g",
@@ -147,3 +151,45 @@ def test_malformed_model_files_give_one_line_errors(
 def test_missing_file_is_an_input_error() -> None:
     with pytest.raises(InputError, match="cannot read"):
         hardware_catalog.load_system("no/such/system.yaml")
+
+
+def _every_system_and_stack() -> tuple[list[SystemSpec], list[StackProfile]]:
+    """The catalog's systems and stacks, the example system and every system and stack the
+    bundled calibration dataset's runs name."""
+    example = ROOT / "examples" / "specs" / "my-cluster.yaml"
+    systems = [hardware_catalog.load_system(name) for name in hardware_catalog.system_names()]
+    systems.append(hardware_catalog.read_spec_file(example, SystemSpec, "system"))
+    runs = load_dataset().runs
+    systems += [resolve(run)[1] for run in runs]
+    stacks = [hardware_catalog.load_stack(name) for name in hardware_catalog.stack_names()]
+    stacks += [hardware_catalog.load_stack(run.job.stack) for run in runs]
+    return systems, stacks
+
+
+def test_the_physical_ranges_leave_room_around_every_real_number() -> None:
+    """The lower bounds of planner.limits reject no catalog, example or dataset number, and sit
+    well below the smallest of each kind (so they cut no real question)."""
+    systems, stacks = _every_system_and_stack()
+    tiers = [tier for s in systems for tier in (*s.memory_tiers, *s.network_tiers)]
+    kernels = [p for s in systems for ps in s.accelerator.attention_kernels.values() for p in ps]
+    efficiencies = [tier.efficiency for tier in tiers]
+    efficiencies += [p.efficiency for s in systems for p in s.accelerator.matmul_efficiency]
+    efficiencies += [share for p in kernels for share in (p.forward, p.backward)]
+    efficiencies += [
+        share
+        for stack in stacks
+        for share in (
+            stack.gemm_efficiency,
+            stack.attention_efficiency,
+            stack.memory_bound_efficiency,
+        )
+    ]
+    assert min(efficiencies) >= 4 * lim.MIN_EFFICIENCY
+    assert min(tier.bandwidth_gbps for tier in tiers) >= 10 * lim.MIN_BANDWIDTH_GBPS
+    assert min(tier.capacity_gib for s in systems for tier in s.memory_tiers) >= (
+        1000 * lim.MIN_CAPACITY_GIB
+    )
+    peaks = [tflops for s in systems for tflops in s.accelerator.peak_tflops.values()]
+    assert min(peaks) >= 100 * lim.MIN_TFLOPS
+    assert min(stack.hbm_usable_fraction for stack in stacks) >= 5 * lim.MIN_USABLE_FRACTION
+    assert min(stack.dp_bucket_params for stack in stacks) >= 100 * lim.MIN_DP_BUCKET_PARAMS
