@@ -9,6 +9,9 @@ bounds the pipeline:
     pipeline ≥ (n + (p−1)/v)·T,   T = k·U + h·H + [p>1]·2v·M
     v·pipeline ≥ v·k·(n·U) + v·h·(n·H) + [p>1]·2v²·(n·M) + (p−1)·(k·U + h·H + [p>1]·2v·M)
 
+Where the stack overlaps P2P with compute (v > 1), 2v·M becomes its excess over the passes,
+E = max(0, v·M − F) + max(0, v·M − B), and 2v·(n·M) likewise n·E (_pp_overlapped).
+
 Partial recompute adds r·(U_full − U_none) per stage (and its per-step multiple): products of
 the recomputed-block count r and a table over the block's knobs (AddMultiplicationEquality),
 with coefficient 1 where block terms have k. Every other coefficient depends only on the layout
