@@ -61,6 +61,8 @@ class SolverReport(BaseModel):
     time_limit_s: float | None = None
     """The wall-clock limit set (None: none; the default, so that answers do not depend on
     the machine's load)."""
+    ranks_stopped_by: StoppedBy | None = None
+    """With ``--top``: the limit that ran out before every rank asked for was found."""
     objective_step_s: float | None
     bound_step_s: float | None
     gap: float | None
@@ -222,6 +224,8 @@ def plan(
         )
     report.wall_time_s = time.perf_counter() - started
     report.work_units = budget.spent_units
+    if top > 1 and len(ranks) < top:
+        report.ranks_stopped_by = budget.exhausted()
     alternatives = []
     if top > 1:
         for number, ranked in enumerate(ranks, start=1):

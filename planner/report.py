@@ -321,6 +321,11 @@ def print_plan(
                 variants or "-",
             )
         console.print(table)
+    if solver is not None and solver.ranks_stopped_by is not None:
+        console.print(
+            f"[yellow]{len(result.alternatives)} ranks:[/] "
+            f"{limit_text(solver.ranks_stopped_by, solver)} ran out before the rest."
+        )
 
 
 def print_validation(console: Console, result) -> None:
