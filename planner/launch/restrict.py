@@ -146,7 +146,10 @@ def _as_read_back(
     from planner import launch
 
     emitted: LaunchConfig = launch.emit(fmt, model, system, job, strategy)
-    back = launch.read(fmt, emitted.text, system, strategy.gpus, model).strategy
+    try:
+        back = launch.read(fmt, emitted.text, system, strategy.gpus, model).strategy
+    except InputError:  # emit's read-back note says so
+        return strategy
     if back is None or back == strategy:
         return strategy
     ours, theirs = evaluate(model, system, job, strategy), evaluate(model, system, job, back)
@@ -163,9 +166,8 @@ def _alternatives(solved: _Solved, best: Strategy, top: int) -> list[Alternative
     with its knobs that differ from the best."""
     if top <= 1:
         return []
-    ranked = sorted((a for p in solved.plans for a in p.alternatives), key=lambda a: a.step_time_s)[
-        :top
-    ]
+    merged = [a for p in solved.plans for a in p.alternatives]
+    ranked = sorted(merged, key=lambda a: a.step_time_s)[:top]
     base = best.model_dump()
     return [
         a.model_copy(
