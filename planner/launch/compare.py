@@ -49,9 +49,10 @@ def compare(
     job: JobSpec,
     strategy: Strategy,
     estimate: Estimate,
-    time_limit_s: float = 60.0,
+    time_limit_s: float | None = None,
 ) -> Comparison:
-    """Plan the same job on ``strategy.gpus`` GPUs and compare it with ``strategy``."""
+    """Plan the same job on ``strategy.gpus`` GPUs and compare it with ``strategy``, within
+    plan's default work limit (and ``time_limit_s`` wall-clock seconds, if set)."""
     from planner.plan import plan
 
     result = plan(model, system, job, strategy.gpus, time_limit_s=time_limit_s, diagnose=False)
