@@ -38,7 +38,7 @@ from constraints.target import PerformanceTarget
 from planner import limits as lim
 from planner.api import as_model, as_system, evaluate
 from planner.cost.compute import block_times, lm_head_time_s
-from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.flops import model_flops_per_step
 from planner.diagnosis import Diagnosis
 from planner.errors import InputError
@@ -118,18 +118,39 @@ def gpu_seconds_floor(ctx: CostContext, space: SearchSpace) -> float:
     return float(np.min(ctx.job.global_batch * tp * cp * per_micro_batch_s / mb))
 
 
+def memory_floor_gpus(ctx: CostContext) -> float:
+    """The fewest GPUs whose memory, every tier together, holds the blocks' model state
+    (planner.cost.memory.model_state):
+
+        N ≥ (e + g + o) · L · P_block / (usable HBM + Σ offload tier capacities)
+
+    with e = 2 bytes of weights, g the gradient bytes and o the optimizer bytes per parameter.
+    A rank of a stage of k blocks holds at least k · P_block / (t·cp·dp) parameters' state,
+    fully sharded (ZeRO-3 over dp·cp, the routed experts over ep·etp·edp = t·cp·dp; KV heads
+    replicated over t only add), in HBM or, offloaded, in a tier; the heaviest stage has
+    k ≥ L / p, so one GPU holds at least (e + g + o) · L · P_block / N. Embeddings,
+    activations, gathered blocks and the reserve only add."""
+    per_param = ACTIVATION_BYTES + ctx.grad_bytes + ctx.optimizer_bytes_per_param
+    tiers = ctx.system.memory_tiers
+    capacity_bytes = BYTES_PER_GIB * (
+        tiers[0].capacity_gib * ctx.hbm_usable_fraction + sum(t.capacity_gib for t in tiers[1:])
+    )
+    return per_param * ctx.model.layers * ctx.model.block_params / capacity_bytes
+
+
 def gpu_floor(ctx: CostContext, space: SearchSpace, target: PerformanceTarget) -> float | None:
-    """The fewest GPUs the goal allows by compute alone (gpu_seconds_floor, lowered by
-    FLOOR_MARGIN), or None where the MFU goal is above what compute alone reaches at any
-    count: a step-time bound S needs N ≥ floor / S; an MFU bound m needs N · step ≤ model
-    FLOPs / (peak · m), independent of N."""
+    """The fewest GPUs the goal allows by memory (memory_floor_gpus) and by compute
+    (gpu_seconds_floor), each lowered by FLOOR_MARGIN, or None where the MFU goal is above
+    what compute alone reaches at any count: a step-time bound S needs N ≥ floor / S; an MFU
+    bound m needs N · step ≤ model FLOPs / (peak · m), independent of N."""
     least_s = gpu_seconds_floor(ctx, space) * (1 - FLOOR_MARGIN)
     mfu = target.min_mfu
     if mfu is not None and least_s > model_flops_per_step(ctx) / (ctx.peak_flops * mfu):
         return None
-    if target.max_step_s is None:
-        return 1.0
-    return max(1.0, least_s / target.max_step_s)
+    fewest = memory_floor_gpus(ctx) * (1 - FLOOR_MARGIN)
+    if target.max_step_s is not None:
+        fewest = max(fewest, least_s / target.max_step_s)
+    return max(1.0, fewest)
 
 
 @dataclass
@@ -137,7 +158,7 @@ class Refutations:
     """How a fewest-GPUs query ruled out the node multiples below its answer."""
 
     floor: float
-    """The compute floor (gpu_floor): no count below it meets the goal."""
+    """The memory and compute floor (gpu_floor): no count below it meets the goal."""
     multiple: int
     unfactorable: int = 0
     """Counts no tp·cp·pp·dp of plan's space multiplies to."""
@@ -151,7 +172,7 @@ class Refutations:
     def describe(self, answer: int) -> str:
         """The evidence for ``answer`` in words."""
         first = max(1, math.ceil(self.floor / self.multiple)) * self.multiple
-        parts = [f"below {first:,} by the compute floor ({self.floor:,.0f} GPUs)"]
+        parts = [f"below {first:,} by the memory and compute floor ({self.floor:,.0f} GPUs)"]
         if self.unfactorable:
             parts.append(f"{self.unfactorable} with no tp·cp·pp·dp of that product")
         refuted = self.plans - 1 - len(self.unrefuted)

@@ -20,6 +20,7 @@ from planner.min_hardware import (
     _up_to_4_digits,
     bandwidth_grid,
     gpu_seconds_floor,
+    memory_floor_gpus,
     min_hardware,
     pareto,
     with_bandwidth_levels,
@@ -561,7 +562,6 @@ def test_cli_fewest_gpus_says_how_smaller_counts_were_refuted(
     assert 0 <= payload["work_units"] <= 60
 
 
-
 @given(st.floats(1e-6, 1e9))
 def test_sweep_caps_round_up_never_below_the_corner(value: float) -> None:
     """A front's caps are rounded to 4 significant digits upwards: rounded down, the tightest
@@ -631,3 +631,15 @@ def test_least_cost_with_uneven_stages_matches_exhaustive_search() -> None:
             costs.append(found.estimate.training.gpu_hours * sys.gpu_hour_usd)
     assert result.minimum.value == pytest.approx(min(costs), rel=1e-3)
     assert result.minimum.strategy.stage_layers is not None
+
+
+@pytest.mark.parametrize("hbm_gib", [0.2, 0.6])
+def test_the_memory_floor_is_below_every_count_that_fits(hbm_gib: float) -> None:
+    """memory_floor_gpus bounds the GPU counts any strategy fits on (the proof that no count
+    below it fits rests on it): plan finds no strategy below it."""
+    sys = system(
+        hbm_gib, memory_tiers=[dict(name="HBM", capacity_gib=hbm_gib, bandwidth_gbps=2000)]
+    )
+    floor = memory_floor_gpus(CostContext(MODEL, sys, JOB))
+    fits = [n for n in range(2, 65, 2) if plan(MODEL, sys, JOB, n, diagnose=False).strategy]
+    assert floor > 2 and fits and min(fits) >= floor
