@@ -95,8 +95,9 @@ DEFAULT_WORK_UNITS = 60.0
 shares what is left of it), in CP-SAT deterministic time units, charged per CP-SAT run
 (planner.solving.Budget). A work limit stops a search at the same point on any machine under
 any load, so the same input gives the same answer; the wall clock limits a search only where
-the user sets one. A unit is about a second of one core at rest; 60 units replaced the old
-wall-clock default of 60 s."""
+the user sets one. A unit is roughly a second of search on one core at rest, but CP-SAT does
+not count loading a model (the diagnosis's free-GPU-count model over mt-128t: 0.3 units of
+search after 5 s of loading); 60 units replaced the old wall-clock default of 60 s."""
 MAX_TOP = 100
 """Alternatives listed by ``plan --top``: each costs one more (warm-started) solve."""
 MAX_MEMORY_TIERS = 8

@@ -127,7 +127,7 @@ to the unguided phase."""
 @dataclass(frozen=True)
 class Phase:
     """One CP-SAT run of a solve: guided or not, with the LP relaxation or not, within a work
-    budget in deterministic units (None: the time limit only)."""
+    budget in deterministic units (None: the rest of the solve's budget)."""
 
     guided: bool
     linearization: int
