@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 import hardware_catalog
+from planner import limits as lim
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.errors import InputError
@@ -27,7 +28,7 @@ BUNDLED_DATASET = hardware_catalog.CATALOG / "calibration" / "published_runs.yam
 class MeasuredRun(BaseModel):
     """One measured run. Unknown provenance fields are kept, not checked."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     id: str
     group: str = "user"
@@ -39,7 +40,7 @@ class MeasuredRun(BaseModel):
     gpus: int = Field(gt=0)
     job: JobSpec
     strategy: Strategy
-    measured_step_time_s: float = Field(gt=0)
+    measured_step_time_s: float = Field(ge=lim.MIN_STEP_TIME_S, le=lim.MAX_STEP_TIME_S)
 
 
 class Dataset(BaseModel):

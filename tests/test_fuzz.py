@@ -420,3 +420,18 @@ def test_a_non_finite_step_time_is_an_input_error_not_an_answer() -> None:
     terms = evaluate_terms(ctx, Knobs.of(dp=8))
     with pytest.raises(InputError, match="not a finite positive time"):
         build_estimate(ctx, terms, 8, [])
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+@pytest.mark.parametrize("measured", ["1e400", "5e-324", "NaN"])
+def test_a_measured_step_time_out_of_range_is_a_one_line_error(
+    tmp_path: Path, measured: str, as_json: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = load_dataset().model_dump(mode="json", exclude_defaults=True)
+    run = {**dataset["runs"][0], "measured_step_time_s": "MEASURED"}
+    path = tmp_path / "runs.json"
+    text = json.dumps({**dataset, "runs": [run]}).replace('"MEASURED"', measured)
+    path.write_text(text, encoding="utf-8")
+    assert main(["validate", "--dataset", str(path), *as_json]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "measured_step_time_s" in err
