@@ -643,3 +643,25 @@ def test_the_memory_floor_is_below_every_count_that_fits(hbm_gib: float) -> None
     floor = memory_floor_gpus(CostContext(MODEL, sys, JOB))
     fits = [n for n in range(2, 65, 2) if plan(MODEL, sys, JOB, n, diagnose=False).strategy]
     assert floor > 2 and fits and min(fits) >= floor
+
+
+def test_a_sweep_shares_one_work_budget(monkeypatch) -> None:
+    """Issue 40: `--sweep ... --time-limit 5` ran 31-37 s, every query of the front with the
+    whole limit. Each query now gets what the ones before it left."""
+    import planner.min_hardware as module
+
+    calls: list[tuple[float, float]] = []
+
+    def recording(*args, **kwargs):
+        result = min_hardware(*args, **kwargs)
+        calls.append((kwargs["work_limit"], result.work_units))
+        return result
+
+    monkeypatch.setattr(module, "min_hardware", recording)
+    front = pareto(MODEL, system(1.0), JOB, "hbm", "offload-capacity", gpus=2, work_limit=30.0)
+    assert front and len(calls) > 2
+    spent = 0.0
+    for limit, units in calls:
+        assert limit == pytest.approx(30.0 - spent)
+        spent += units
+    assert spent > 0
