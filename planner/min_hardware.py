@@ -16,8 +16,11 @@ tabulated with it (DESIGN.md §5):
 
 Goals: a maximum step time, a minimum MFU, a token budget by a deadline (a step-time bound), or
 just "fits". The answer comes with the strategy that achieves it and the evidence of minimality:
-the solver's proof (status optimal) and a plan one grid step below the minimum, infeasible, with
-its diagnosis.
+for the fewest GPUs, how every smaller node multiple was refuted (Refutations); for a capacity
+or a bandwidth, plan's proof that one grid step below is infeasible (more of either never hurts
+a strategy, so no lower step works either); for the cost, the solver's proof. Every solve of a
+query shares one budget of deterministic work (and, if set, wall-clock time): the same input
+gives the same answer under any load, and an answer a limit cut short is not called proven.
 """
 
 from __future__ import annotations
