@@ -4,7 +4,9 @@ reads back (``evaluate --from``) as that strategy and step time.
 A framework expresses some knob values and not others (each format module's docstring says
 which, from the framework's own semantics, and its ``restriction`` gives them). The searched
 space is the union of a few *parts*, each the plan's space under extra pins (e.g. torchtitan:
-ZeRO-2, ZeRO-3, or DDP without TP/CP/PP); every part is solved by planner.plan and the best
+ZeRO-2, ZeRO-3, or DDP without TP/CP/PP). The unrestricted plan is solved first: where it is
+infeasible so is every part (its diagnosis stands), and where its proven optimum lies inside
+the restriction that is the answer. Otherwise every part is solved by planner.plan and the best
 answer wins. The optimum over the union is proven when every part's is (a part cut short by its
 limit makes the answer ``feasible``, never ``optimal``), and each value left out is stated in
 ``solver.caps`` (table and --json), prefixed ``--emit FORMAT:``.
@@ -18,7 +20,6 @@ strategy as read: plan, configuration and ``evaluate --from`` then agree knob fo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from planner.api import evaluate
@@ -29,16 +30,8 @@ from planner.plan import Alternative, Plan, SolverReport, plan
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 LIMITS = ("time_limit_s", "work_limit")
-"""planner.plan's limits: each part gets an equal share, so the search keeps to them (where no
-part fits, the unrestricted plan that says why gets them once more)."""
-
-
-@dataclass
-class _Solved:
-    """The parts' plans, and the best strategy among them."""
-
-    plans: list[Plan] = field(default_factory=list)
-    best: Plan | None = None
+"""planner.plan's limits: the unrestricted plan and each part get an equal share, so that the
+whole search keeps to them."""
 
 
 def plan_for(
@@ -51,9 +44,12 @@ def plan_for(
     diagnose: bool | str = True,
     **options: Any,
 ) -> Plan:
-    """planner.plan restricted to what ``fmt`` can run (``module.restriction``): the best of
-    its parts, the restriction in ``solver.caps``, the strategy as the configuration reads back.
-    ``options`` go to planner.plan unchanged (limits, --top, the target)."""
+    """planner.plan restricted to what ``fmt`` can run (``module.restriction``), the
+    restriction in ``solver.caps``, the strategy as the configuration reads back. The
+    unrestricted plan first: infeasible, nothing the format runs fits either (its diagnosis
+    stands); proven optimal and inside the restriction (with top = 1), it is the answer (the
+    optimum of a space inside which it lies). Else the best of the parts. ``options`` go to
+    planner.plan (limits, --top, the target); its limits are shared by the solves."""
     from planner import launch
 
     started = time.perf_counter()
@@ -63,33 +59,41 @@ def plan_for(
     if not parts:
         raise InputError(_refused_pins(fmt, restriction, user))
     caps = [f"--emit {fmt}: {cap}" for cap in restriction.caps]
-    shares = {k: v / len(parts) for k, v in options.items() if k in LIMITS and v is not None}
-    solved = _Solved()
-    for part in parts:
-        result = plan(model, system, job, gpus, pins=part, diagnose=False, **(options | shares))
-        solved.plans.append(result)
-        if result.strategy is not None and (
-            solved.best is None or _step(result) < _step(solved.best)
-        ):
-            solved.best = result
-    best = solved.best
+    given = {k: v for k, v in options.items() if k in LIMITS}
+    shares = {k: v / (len(parts) + 1) for k, v in given.items() if v is not None}
+    free = plan(model, system, job, gpus, pins=user, diagnose=diagnose, **(options | shares))
+    if free.status == "infeasible":
+        return _stated(free, caps, given)
+    inside = free.strategy is not None and restriction.admits(free.strategy)
+    if free.status == "optimal" and options.get("top", 1) == 1 and inside:
+        solved = [free]
+    else:
+        solved = [
+            plan(model, system, job, gpus, pins=part, diagnose=False, **(options | shares))
+            for part in parts
+        ]
+    best = min((p for p in solved if p.strategy is not None), key=_step, default=None)
     if best is None:
-        return _nothing_fits(
-            fmt, model, system, job, gpus, user, diagnose, options, solved, restriction, started
-        )
-    report = _merged_report(solved, best, caps, time.perf_counter() - started).model_copy(
-        update={k: v for k, v in options.items() if k in LIMITS}
-    )
+        return _nothing_fits(fmt, free, solved, restriction, caps, given, started)
+    report = _merged_report(solved, best, caps, time.perf_counter() - started)
     strategy = _as_read_back(fmt, model, system, job, best.strategy)  # type: ignore[arg-type]
     return best.model_copy(
         update={
             "status": report.status,
             "strategy": strategy,
             "estimate": evaluate(model, system, job, strategy),
-            "solver": report,
+            "solver": report.model_copy(update=given),
             "alternatives": _alternatives(solved, strategy, options.get("top", 1)),
         }
     )
+
+
+def _stated(result: Plan, caps: list[str], limits: dict[str, Any]) -> Plan:
+    """``result`` with the restriction's caps and the limits as given in its solver report."""
+    if result.solver is None:
+        return result
+    solver = result.solver.model_copy(update={"caps": result.solver.caps + caps} | limits)
+    return result.model_copy(update={"solver": solver})
 
 
 def _agrees(part: Pins, user: Pins) -> bool:
@@ -110,17 +114,17 @@ def _step(result: Plan) -> float:
 
 
 def _merged_report(
-    solved: _Solved, best: Plan, caps: list[str], wall_time_s: float
+    solved: list[Plan], best: Plan, caps: list[str], wall_time_s: float
 ) -> SolverReport:
     """The best part's solver report (its model counts, its limit's name) with the parts' time,
     work and space summed: optimal only when every part is proven (optimal, or infeasible); the
     bound the least of the parts' bounds (none where a part that may hold a strategy has
     none)."""
-    reports = [p.solver for p in solved.plans if p.solver is not None]
-    proven = all(p.status in ("optimal", "infeasible") for p in solved.plans)
+    reports = [p.solver for p in solved if p.solver is not None]
+    proven = all(p.status in ("optimal", "infeasible") for p in solved)
     report = best.solver
     assert report is not None  # a part with a strategy was solved
-    open_parts = [p for p in solved.plans if p.status != "infeasible"]
+    open_parts = [p for p in solved if p.status != "infeasible"]
     bounds = [p.solver.bound_step_s if p.solver else None for p in open_parts]
     bound = None if None in bounds else min(bounds)  # type: ignore[type-var]
     objective = report.objective_step_s
@@ -161,12 +165,12 @@ def _as_read_back(
     return back if same else strategy
 
 
-def _alternatives(solved: _Solved, best: Strategy, top: int) -> list[Alternative]:
+def _alternatives(solved: list[Plan], best: Strategy, top: int) -> list[Alternative]:
     """The parts' ranks merged by step time, the first ``top`` (with --top), renumbered, each
     with its knobs that differ from the best."""
     if top <= 1:
         return []
-    merged = [a for p in solved.plans for a in p.alternatives]
+    merged = [a for p in solved for a in p.alternatives]
     ranked = sorted(merged, key=lambda a: a.step_time_s)[:top]
     base = best.model_dump()
     return [
@@ -184,38 +188,20 @@ def _alternatives(solved: _Solved, best: Strategy, top: int) -> list[Alternative
 
 def _nothing_fits(
     fmt: str,
-    model: ModelSpec,
-    system: SystemSpec,
-    job: JobSpec,
-    gpus: int,
-    user: Pins,
-    diagnose: bool | str,
-    options: dict[str, Any],
-    solved: _Solved,
+    free: Plan,
+    solved: list[Plan],
     restriction: Restriction,
+    caps: list[str],
+    limits: dict[str, Any],
     started: float,
 ) -> Plan:
-    """No part has a strategy. Unless every part was proven infeasible the answer is unknown.
-    Otherwise the plan without the restriction: infeasible too, its diagnosis stands (the
-    restricted space is inside it); else the restriction is the conflict, and the unrestricted
-    plan its verified fix."""
-    caps = [f"--emit {fmt}: {cap}" for cap in restriction.caps]
-    if any(p.status != "infeasible" for p in solved.plans):
-        first = next(p for p in solved.plans if p.status != "infeasible")
-        solver = first.solver
-        if solver is not None:
-            limits = {k: v for k, v in options.items() if k in LIMITS}
-            solver = solver.model_copy(update={"caps": solver.caps + caps} | limits)
-        return first.model_copy(
-            update={"status": "unknown", "strategy": None, "estimate": None, "solver": solver}
-        )
-    free = plan(model, system, job, gpus, pins=user, diagnose=diagnose, **options)
-    if free.solver is not None:
-        free = free.model_copy(
-            update={"solver": free.solver.model_copy(update={"caps": free.solver.caps + caps})}
-        )
-    if free.strategy is None:
-        return free
+    """No part has a strategy. Unless every part was proven infeasible while the unrestricted
+    plan ``free`` found one, the answer is unknown; then the restriction is the conflict, and
+    the unrestricted plan its verified fix."""
+    if free.strategy is None or any(p.status != "infeasible" for p in solved):
+        open_part = next((p for p in solved if p.status != "infeasible"), free)
+        unknown = {"status": "unknown", "strategy": None, "estimate": None}
+        return _stated(open_part.model_copy(update=unknown), caps, limits)
     conflict = Conflict(
         family=f"launch:{fmt}",
         label=f"--emit {fmt}: only the strategies {fmt} can run",
@@ -231,6 +217,5 @@ def _nothing_fits(
     diagnosis = Diagnosis(
         conflicts=[conflict], relaxations=[fix], wall_time_s=time.perf_counter() - started
     )
-    return free.model_copy(
-        update={"status": "infeasible", "strategy": None, "estimate": None, "diagnosis": diagnosis}
-    )
+    infeasible = {"status": "infeasible", "strategy": None, "estimate": None}
+    return _stated(free.model_copy(update=infeasible | {"diagnosis": diagnosis}), caps, limits)
