@@ -614,9 +614,15 @@ class _Session:
         """Every GPU count any plan could factor as tp·cp·pp·dp, ascending, the problem's own
         left out: tp dividing the heads evenly (ModelSpec.splits_over), cp splitting the
         sequence (rules.cp_allowed), pp up to the layers (stage layouts need not be even), dp
-        dividing the global batch; within ``gpu_range``."""
+        dividing the global batch; within ``gpu_range``, from the memory floor up (fewer GPUs
+        cannot hold the model's state in all their tiers together: min_hardware.
+        memory_floor_gpus, lowered by its FLOOR_MARGIN), so each count left out is refuted."""
+        # min_hardware imports this module: imported here (its floor belongs in planner.cost)
+        from planner.min_hardware import FLOOR_MARGIN, memory_floor_gpus
+
         model, job = self.ctx.model, self.ctx.job
         bound, multiple = self.gpu_range()
+        floor = memory_floor_gpus(self.ctx) * (1 - FLOOR_MARGIN)
         tps = [t for t in divisors(model.heads) if model.splits_over(t)]
         seq_len = job.seq_len_for(model)
         cps = [c for c in divisors(seq_len) if cp_allowed(c, seq_len)]
@@ -629,7 +635,7 @@ class _Session:
             if t * c * d <= bound
             for p in range(1, min(model.layers, bound // (t * c * d)) + 1)
         }
-        return sorted(n for n in counts if n % multiple == 0 and n != self.gpus)
+        return sorted(n for n in counts if n % multiple == 0 and n != self.gpus and n >= floor)
 
     def search_fewest_gpus(self) -> _Least:
         """fewest_gpus, searched."""
