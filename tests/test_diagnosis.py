@@ -3,6 +3,8 @@ irreducible, and every suggested fix, applied, plans."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from ortools.sat.python import cp_model
 
@@ -290,3 +292,24 @@ def test_the_same_infeasible_problem_twice_gives_the_same_diagnosis() -> None:
     first, second = (plan(model, system, job, gpus).diagnosis for _ in range(2))
     assert first.model_dump(exclude={"wall_time_s"}) == second.model_dump(exclude={"wall_time_s"})
     assert first.complete and any(fix.quantity == "gpus" for fix in first.relaxations)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_cli_says_which_limit_cut_the_diagnosis_short(capsys, as_json: bool) -> None:
+    """Infeasible is exit 3 whether or not the diagnosis finished; one cut short by the work
+    limit names it, with the value set, in the table and in --json."""
+    from planner.cli import main
+
+    argv = ["plan", "--model", "megatron-1t", "--system", "dgx-a100-80g", "--gpus", "16"]
+    argv += ["--global-batch", "64", "--work-limit", "0.05"]
+    assert main([*argv, "--json"] if as_json else argv) == 3
+    out = capsys.readouterr().out
+    if as_json:
+        payload = json.loads(out)
+        assert payload["status"] == "infeasible" and payload["solver"]["stopped_by"] is None
+        diagnosis = payload["diagnosis"]
+        assert (diagnosis["complete"], diagnosis["stopped_by"]) == (False, "work limit")
+    else:
+        text = " ".join(out.split())
+        assert "The work limit (0.05 units) ran out during the diagnosis" in text
+        assert "raise --work-limit" in text and "no GPU count fits" not in text
