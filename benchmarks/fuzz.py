@@ -2,9 +2,12 @@
 
     python benchmarks/fuzz.py --examples 2000 --seed 1
 
-Runs both fuzz tests (argument lists; spec, study and dataset files) with ``--examples`` each,
-stopping at the first failure, and prints the inputs tried, the exits by code and the pytest
-outcome. CI runs the same tests with 40 examples each.
+Runs both fuzz tests with ``--examples`` each: argument lists of every subcommand (hardware
+overrides, stack names, subnormal, tiny, huge and non-finite numbers among the values) and
+model, system, stack, study and dataset files (each model, system and stack file through
+evaluate or plan), then the fixed reproducers of tests/test_fuzz.py; it stops at the first
+failure and prints the inputs tried, the exits by code and the pytest outcome. CI runs the same
+tests with 40 examples each.
 """
 
 from __future__ import annotations
