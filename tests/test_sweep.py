@@ -202,7 +202,10 @@ def test_global_batch_as_an_axis_and_per_gpu_rule(tmp_path: Path) -> None:
         ({"job": {"stack": ["megatron"]}}, "did you mean"),
         ({"model_overrides": {"name": ["x"]}}, "unknown model_overrides axis 'name'"),
         ({"model_overrides": {"heads": [0]}}, "heads"),
-        ({"hardware": {"hbm_gib": [0]}}, "hardware.hbm_gib = 0: Input should be greater than 0"),
+        (
+            {"hardware": {"hbm_gib": [0]}},
+            "hardware.hbm_gib = 0: Input should be greater than or equal to 0.001",
+        ),
         ({"global_batch": {"per_gpu": 1, "tokens": 4096}}, "exactly one of per_gpu, tokens"),
         (
             {"global_batch": {"tokens": MAX_GLOBAL_BATCH * 2048}, "job": {"seq_len": [1024]}},
