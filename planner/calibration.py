@@ -21,7 +21,7 @@ physical bounds, started from the profile's current values and from the middle o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from planner.errors import InputError
 from planner.quantities import CALIBRATED_PARAMETERS as PARAMETERS
 from planner.specs import StackProfile
 from planner.validation import Dataset, MeasuredRun, resolve
+
+Progress = Callable[[str], None]
+"""Hears one line at a time of a long computation's progress."""
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.3, 1.0),
@@ -61,28 +64,46 @@ def apply_params(stack: StackProfile, params: dict[str, float], note: str = "") 
 
 
 class _Problem:
-    """Runs resolved once; evaluates the loss of trial profiles."""
+    """Runs resolved once and grouped by their problem (model, system, job): a group's
+    strategies are evaluated as arrays in one call of the cost model (which is vectorised over
+    strategies). Each parameter set is scored once (the coordinate search comes back to points
+    it has scored: every move is followed by a try of the point it left)."""
 
     def __init__(self, runs: Sequence[MeasuredRun], stack: StackProfile) -> None:
         self.stack = stack
-        self.runs = [(run, *resolve(run)) for run in runs]
+        self.measured_s = np.array([run.measured_step_time_s for run in runs])
+        groups: dict[str, list[int]] = {}
+        resolved = [resolve(run) for run in runs]
+        for index, (run, (model, system)) in enumerate(zip(runs, resolved, strict=True)):
+            key = model.model_dump_json() + system.model_dump_json() + run.job.model_dump_json()
+            groups.setdefault(key, []).append(index)
+        self.groups = [
+            (*resolved[members[0]], runs[members[0]].job, _stacked(runs, members), members)
+            for members in groups.values()
+        ]
+        self.scored: dict[tuple[tuple[str, float], ...], float] = {}
 
     def errors(self, params: dict[str, float]) -> np.ndarray:
+        """(predicted − measured) / measured of every run, in the runs' order."""
         trial = self.stack.model_copy(update=params)
-        predicted = [
-            float(
-                evaluate_terms(
-                    CostContext(model, system, run.job, trial), Knobs.from_strategy(run.strategy)
-                ).step_time_s
-            )
-            for run, model, system in self.runs
-        ]
-        measured = np.array([run.measured_step_time_s for run, _, _ in self.runs])
-        return np.array(predicted) / measured - 1
+        predicted = np.empty(len(self.measured_s))
+        for model, system, job, knobs, members in self.groups:
+            terms = evaluate_terms(CostContext(model, system, job, trial), knobs)
+            predicted[members] = terms.step_time_s
+        return predicted / self.measured_s - 1
 
     def loss(self, params: dict[str, float]) -> float:
-        log_errors = np.abs(np.log1p(self.errors(params)))
-        return float(log_errors.mean() + 0.25 * log_errors.max())
+        key = tuple(sorted(params.items()))
+        if key not in self.scored:
+            log_errors = np.abs(np.log1p(self.errors(params)))
+            self.scored[key] = float(log_errors.mean() + 0.25 * log_errors.max())
+        return self.scored[key]
+
+
+def _stacked(runs: Sequence[MeasuredRun], members: list[int]) -> Knobs:
+    """The strategies of ``runs[members]`` as one Knobs of arrays, in that order."""
+    each = [Knobs.from_strategy(runs[i].strategy).as_dict() for i in members]
+    return Knobs.of(**{name: np.array([knobs[name] for knobs in each]) for name in each[0]})
 
 
 RUNS_PER_PARAMETER = 4
@@ -139,9 +160,11 @@ def fit(
     stack: StackProfile,
     free: Sequence[str] | None = None,
     rounds: int = 6,
+    progress: Progress | None = None,
 ) -> tuple[dict[str, float], float]:
     """Fit the ``free`` parameters of ``stack`` to ``runs`` (evaluated under it, whatever stack
-    they name). Returns the fitted parameters and the loss."""
+    they name). Returns the fitted parameters and the loss; ``progress`` hears a line before
+    each pass of the coordinate search over the free parameters."""
     free = list(free) if free is not None else default_free(runs, stack)
     unknown = set(free) - set(PARAMETERS)
     if unknown:
@@ -154,7 +177,11 @@ def fit(
     start = current_params(stack)
     middle = {name: (_mid(name) if name in free else value) for name, value in start.items()}
     starts = [start] if middle == start else [start, middle]
-    results = [_descend(problem, values, free, rounds) for values in starts]
+    results = []
+    for number, values in enumerate(starts, 1):
+        where = f"fitting {stack.name} to {len(runs):,} runs, start {number} of {len(starts)}"
+        report = (lambda line, where=where: progress(f"{where}, {line}")) if progress else None
+        results.append(_descend(problem, values, free, rounds, report))
     return min(results, key=lambda result: result[1])
 
 
@@ -168,15 +195,22 @@ def _mid(name: str) -> float:
 
 
 def _descend(
-    problem: _Problem, values: dict[str, float], free: Sequence[str], rounds: int
+    problem: _Problem,
+    values: dict[str, float],
+    free: Sequence[str],
+    rounds: int,
+    progress: Progress | None = None,
 ) -> tuple[dict[str, float], float]:
     """Coordinate search: try ± a step on each free parameter, keep improvements, halve the
-    step when none helps."""
+    step when none helps. ``progress`` hears a line before each pass over the parameters."""
     best = problem.loss(values)
     step = 0.25
-    for _ in range(rounds):
+    for number in range(1, rounds + 1):
         improved = True
         while improved:
+            if progress:
+                line = f"step size {number} of {rounds}: loss {best:.4f}"
+                progress(f"{line}, {len(problem.scored):,} parameter sets scored")
             improved = False
             for name in free:
                 for candidate in _neighbours(name, values[name], step):

@@ -553,6 +553,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave one source out: calibrate on the others, predict it (per source, overall)",
     )
+    validate_cmd.add_argument(
+        "--jobs",
+        type=_whole(1, lim.MAX_JOBS),
+        help="with --cross-validate: folds fitted in this many processes, the same answer "
+        "(default: one per CPU)",
+    )
 
     calibrate_cmd = commands.add_parser(
         "calibrate", help="fit a training stack's efficiency parameters to measured runs"
@@ -1108,7 +1114,11 @@ def run_validate(args: argparse.Namespace, console: Console) -> int:
     from planner.validation import cross_validate, load_dataset, validate
 
     dataset = load_dataset(args.dataset)
-    result = cross_validate(dataset) if args.cross_validate else validate(dataset)
+    if args.cross_validate:
+        jobs = args.jobs or os.cpu_count() or 1
+        result = cross_validate(dataset, jobs=jobs, progress=_slow_progress("validate"))
+    else:
+        result = validate(dataset)
     if args.json:
         _print_json(result.model_dump(mode="json"))
     elif args.cross_validate:
@@ -1116,6 +1126,24 @@ def run_validate(args: argparse.Namespace, console: Console) -> int:
     else:
         report.print_validation(console, result)
     return EXIT_OK
+
+
+PROGRESS_AFTER_S = 5.0
+"""A command that has run this long reports its progress on stderr (a short one says nothing)."""
+
+
+def _slow_progress(command: str) -> Callable[[str], None]:
+    """A progress callback that prints each line on stderr ('planner validate: ...') once the
+    command has run PROGRESS_AFTER_S; the lines before that are dropped."""
+    import time
+
+    started = time.perf_counter()
+
+    def progress(line: str) -> None:
+        if time.perf_counter() - started >= PROGRESS_AFTER_S:
+            _print_error(f"planner {command}: {line}")
+
+    return progress
 
 
 def run_calibrate(args: argparse.Namespace, console: Console) -> int:
@@ -1140,7 +1168,7 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     before = current_params(stack)
     runs = runs_of_stack(dataset, stack)
     free = free or default_free(runs, stack)
-    fitted, _ = fit(runs, stack, free)
+    fitted, _ = fit(runs, stack, free, progress=_slow_progress("calibrate"))
     params = {name: fitted[name] for name in free}
     note = (
         f"fitted by `planner calibrate --stack {stack.name}` to the {len(runs)} runs of the "

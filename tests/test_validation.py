@@ -206,7 +206,7 @@ def test_cross_validate_command(
     above's, printing it this one's)."""
     import planner.validation
 
-    monkeypatch.setattr(planner.validation, "cross_validate", lambda dataset: cross_validated)
+    monkeypatch.setattr(planner.validation, "cross_validate", lambda dataset, **_: cross_validated)
     assert main(["validate", "--cross-validate"]) == 0
     out = capsys.readouterr().out
     assert "leave one source out" in out and "llm-foundry-a100" in out
@@ -239,3 +239,72 @@ def test_user_dataset_errors_are_one_line(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"runs": [run]}))
     with pytest.raises(InputError, match="one source"):
         cross_validate(load_dataset(path))
+
+
+def test_runs_of_one_problem_are_evaluated_together_and_alike() -> None:
+    """Calibration evaluates the runs that share a model, system and job as one array of
+    strategies: the same errors as each run evaluated alone, and one cost-model call per
+    distinct problem however many runs repeat it."""
+    from planner.calibration import _Problem, prior_profile
+
+    runs = [run for run in load_dataset().runs if run.job.stack == "megatron-core"]
+    stack = prior_profile(hardware_catalog.load_stack("megatron-core"))
+    params = {"gemm_efficiency": 0.71, "layer_overhead_us": 40.0}
+    trial = stack.model_copy(update=params)
+    alone = [predict_step_s(run, trial) / run.measured_step_time_s - 1 for run in runs]
+    problem = _Problem(runs, stack)
+    assert problem.errors(params).tolist() == pytest.approx(alone, rel=1e-12, abs=1e-15)
+    repeated = [run.model_copy(update={"id": f"{run.id}-{i}"}) for i in range(20) for run in runs]
+    many = _Problem(repeated, stack)
+    assert len(many.groups) == len(problem.groups) < len(repeated)
+    assert many.errors(params).tolist() == pytest.approx(alone * 20, rel=1e-12, abs=1e-15)
+
+
+def _three_sources() -> Dataset:
+    """Six synthetic runs, two per source: each fold fits one parameter on four runs."""
+    runs = _synthetic_runs("dgx-h100").runs[:6]
+    return Dataset(
+        runs=tuple(
+            run.model_copy(update={"source_key": f"source-{i // 2}", "measured_step_time_s": 2.0})
+            for i, run in enumerate(runs)
+        )
+    )
+
+
+def test_cross_validation_in_processes_is_the_same_and_says_how_far_it_is() -> None:
+    dataset = _three_sources()
+    heard: list[str] = []
+    alone = cross_validate(dataset, progress=heard.append)
+    assert [fold.source for fold in alone.folds] == ["source-0", "source-1", "source-2"]
+    assert heard[-1] == "cross-validation: 3 of 3 folds done"
+    assert any(line.startswith("fold source-0: fitting megatron-core to 4 runs") for line in heard)
+    parallel = cross_validate(dataset, jobs=2)
+    assert parallel.model_dump() == alone.model_dump()
+
+
+def test_long_commands_report_progress_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past PROGRESS_AFTER_S (here 0) calibrate and cross-validate print progress lines on
+    stderr; stdout stays the answer (JSON with --json)."""
+    import planner.cli
+
+    monkeypatch.setattr(planner.cli, "PROGRESS_AFTER_S", 0.0)
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(_three_sources().model_dump(mode="json")))
+    argv = ["calibrate", "--dataset", str(path), "--stack", "megatron-core"]
+    for as_json in (False, True):
+        assert main(argv + ["--json"] * as_json) == 0
+        out, err = capsys.readouterr()
+        lines = err.splitlines()
+        assert lines and all(
+            line.startswith("planner calibrate: fitting megatron-core to 6 runs, start ")
+            for line in lines
+        )
+        assert json.loads(out)["stack"] == "megatron-core" if as_json else "megatron-core" in out
+    validate_argv = ["validate", "--dataset", str(path), "--cross-validate", "--jobs", "1"]
+    for as_json in (False, True):
+        assert main(validate_argv + ["--json"] * as_json) == 0
+        out, err = capsys.readouterr()
+        assert "planner validate: cross-validation: 3 of 3 folds done" in err.splitlines()
+        assert len(json.loads(out)["folds"]) == 3 if as_json else "source-2" in out
