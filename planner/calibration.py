@@ -22,6 +22,7 @@ physical bounds, started from the profile's current values and from the middle o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.errors import InputError
 from planner.quantities import CALIBRATED_PARAMETERS as PARAMETERS
-from planner.specs import StackProfile
+from planner.specs import JobSpec, ModelSpec, StackProfile, SystemSpec
 from planner.validation import Dataset, MeasuredRun, resolve
 
 Progress = Callable[[str], None]
@@ -63,13 +64,19 @@ def apply_params(stack: StackProfile, params: dict[str, float], note: str = "") 
     return stack.model_copy(update={**params, "sources": sources})
 
 
+Group = tuple[ModelSpec, SystemSpec, JobSpec, Knobs, list[int]]
+"""Runs of one problem: its model, system and job, their strategies stacked, their indices."""
+
+
 class _Problem:
     """Runs resolved once and grouped by their problem (model, system, job): a group's
     strategies are evaluated as arrays in one call of the cost model (which is vectorised over
     strategies). Each parameter set is scored once (the coordinate search comes back to points
-    it has scored: every move is followed by a try of the point it left)."""
+    it has scored: every move is followed by a try of the point it left). With ``jobs`` > 1
+    the groups are split over that many worker processes (``with`` the problem: they stop at
+    its end); each group is evaluated as in one process, so the losses are the same."""
 
-    def __init__(self, runs: Sequence[MeasuredRun], stack: StackProfile) -> None:
+    def __init__(self, runs: Sequence[MeasuredRun], stack: StackProfile, jobs: int = 1) -> None:
         self.stack = stack
         self.measured_s = np.array([run.measured_step_time_s for run in runs])
         groups: dict[str, list[int]] = {}
@@ -77,19 +84,40 @@ class _Problem:
         for index, (run, (model, system)) in enumerate(zip(runs, resolved, strict=True)):
             key = model.model_dump_json() + system.model_dump_json() + run.job.model_dump_json()
             groups.setdefault(key, []).append(index)
-        self.groups = [
+        self.groups: list[Group] = [
             (*resolved[members[0]], runs[members[0]].job, _stacked(runs, members), members)
             for members in groups.values()
         ]
         self.scored: dict[tuple[tuple[str, float], ...], float] = {}
+        self.workers = min(jobs, len(self.groups))
+        self.pool: Any = None
+
+    def __enter__(self) -> _Problem:
+        if self.workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            shares = [self.groups[i :: self.workers] for i in range(self.workers)]
+            self.pool = ProcessPoolExecutor(
+                self.workers, initializer=_hold, initargs=(self.stack, shares)
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
 
     def errors(self, params: dict[str, float]) -> np.ndarray:
         """(predicted − measured) / measured of every run, in the runs' order."""
-        trial = self.stack.model_copy(update=params)
         predicted = np.empty(len(self.measured_s))
-        for model, system, job, knobs, members in self.groups:
-            terms = evaluate_terms(CostContext(model, system, job, trial), knobs)
-            predicted[members] = terms.step_time_s
+        if self.pool is None:
+            answers = [_step_times(self.stack, self.groups, params)]
+        else:
+            futures = [self.pool.submit(_held_step_times, i, params) for i in range(self.workers)]
+            answers = [future.result() for future in futures]
+        for answer in answers:
+            for members, step_times_s in answer:
+                predicted[members] = step_times_s
         return predicted / self.measured_s - 1
 
     def loss(self, params: dict[str, float]) -> float:
@@ -98,6 +126,30 @@ class _Problem:
             log_errors = np.abs(np.log1p(self.errors(params)))
             self.scored[key] = float(log_errors.mean() + 0.25 * log_errors.max())
         return self.scored[key]
+
+
+def _step_times(
+    stack: StackProfile, groups: list[Group], params: dict[str, float]
+) -> list[tuple[list[int], np.ndarray]]:
+    """(run indices, predicted step times) of each group under ``stack`` with ``params``."""
+    trial = stack.model_copy(update=params)
+    return [
+        (members, evaluate_terms(CostContext(model, system, job, trial), knobs).step_time_s)
+        for model, system, job, knobs, members in groups
+    ]
+
+
+_HELD: list[Any] = []
+"""In a worker process of _Problem: the stack and every worker's share of the groups."""
+
+
+def _hold(stack: StackProfile, shares: list[list[Group]]) -> None:
+    _HELD[:] = [stack, shares]
+
+
+def _held_step_times(share: int, params: dict[str, float]) -> list[tuple[list[int], np.ndarray]]:
+    stack, shares = _HELD
+    return _step_times(stack, shares[share], params)
 
 
 def _stacked(runs: Sequence[MeasuredRun], members: list[int]) -> Knobs:
@@ -161,10 +213,12 @@ def fit(
     free: Sequence[str] | None = None,
     rounds: int = 6,
     progress: Progress | None = None,
+    jobs: int = 1,
 ) -> tuple[dict[str, float], float]:
     """Fit the ``free`` parameters of ``stack`` to ``runs`` (evaluated under it, whatever stack
-    they name). Returns the fitted parameters and the loss; ``progress`` hears a line before
-    each pass of the coordinate search over the free parameters."""
+    they name), the runs' problems split over ``jobs`` processes (the same answer). Returns
+    the fitted parameters and the loss; ``progress`` hears a line before each pass of the
+    coordinate search over the free parameters."""
     free = list(free) if free is not None else default_free(runs, stack)
     unknown = set(free) - set(PARAMETERS)
     if unknown:
@@ -173,15 +227,15 @@ def fit(
         )
     if not runs:
         raise InputError(f"calibrate: the dataset has no run on stack {stack.name!r}")
-    problem = _Problem(runs, stack)
     start = current_params(stack)
     middle = {name: (_mid(name) if name in free else value) for name, value in start.items()}
     starts = [start] if middle == start else [start, middle]
     results = []
-    for number, values in enumerate(starts, 1):
-        where = f"fitting {stack.name} to {len(runs):,} runs, start {number} of {len(starts)}"
-        report = (lambda line, where=where: progress(f"{where}, {line}")) if progress else None
-        results.append(_descend(problem, values, free, rounds, report))
+    with _Problem(runs, stack, jobs) as problem:
+        for number, values in enumerate(starts, 1):
+            where = f"fitting {stack.name} to {len(runs):,} runs, start {number} of {len(starts)}"
+            report = (lambda line, where=where: progress(f"{where}, {line}")) if progress else None
+            results.append(_descend(problem, values, free, rounds, report))
     return min(results, key=lambda result: result[1])
 
 

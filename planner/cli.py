@@ -576,6 +576,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"{', '.join(CALIBRATED_PARAMETERS)})",
     )
     calibrate_cmd.add_argument("--out", help="write the calibrated stack profile to this YAML file")
+    calibrate_cmd.add_argument(
+        "--jobs",
+        type=_whole(1, lim.MAX_JOBS),
+        help="the runs' problems evaluated in this many processes, the same answer "
+        "(default: one per CPU)",
+    )
     calibrate_cmd.add_argument("--json", action="store_true")
     return parser
 
@@ -1168,7 +1174,8 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     before = current_params(stack)
     runs = runs_of_stack(dataset, stack)
     free = free or default_free(runs, stack)
-    fitted, _ = fit(runs, stack, free, progress=_slow_progress("calibrate"))
+    jobs = args.jobs or os.cpu_count() or 1
+    fitted, _ = fit(runs, stack, free, progress=_slow_progress("calibrate"), jobs=jobs)
     params = {name: fitted[name] for name in free}
     note = (
         f"fitted by `planner calibrate --stack {stack.name}` to the {len(runs)} runs of the "

@@ -308,3 +308,10 @@ def test_long_commands_report_progress_on_stderr(
         out, err = capsys.readouterr()
         assert "planner validate: cross-validation: 3 of 3 folds done" in err.splitlines()
         assert len(json.loads(out)["folds"]) == 3 if as_json else "source-2" in out
+
+
+def test_a_fit_in_processes_is_the_same() -> None:
+    runs = _three_sources().runs
+    stack = hardware_catalog.load_stack("megatron-core")
+    free = ["gemm_efficiency", "layer_overhead_us"]
+    assert fit(runs, stack, free, rounds=3, jobs=2) == fit(runs, stack, free, rounds=3)
