@@ -9,6 +9,11 @@ CPU); at most ``IN_FLIGHT_PER_CPU`` tasks per CPU of the cluster are submitted a
 study of 10⁵ scenarios neither floods the scheduler nor loses more than the tasks in flight when
 interrupted.
 
+Joining is bounded: a cluster is first joined by a child process that is killed after
+``JOIN_TIMEOUT_S`` (Ray itself retries for minutes against a port that answers but is not a Ray
+head, or against the stale address ``auto`` finds), so a wrong address is one line naming what
+was tried. Ray Client (``ray://``) needs the extra's ``ray[client]``.
+
 Every node needs planner installed at the same version as this process (``pip install
 'planner[ray]'``; a task answers with its version and a mismatch is an error). The user's own
 spec files named by the study (systems, models or stacks given as paths) are read here and sent
@@ -38,7 +43,8 @@ CONNECT_TIMEOUT_S = 5.0
 """How long the head of a cluster named by ``--address`` may take to accept a TCP connection."""
 JOIN_TIMEOUT_S = 30.0
 """How long joining a cluster may take, from a fresh process (Python, Ray's import, the
-handshake): about 3 s to a healthy head here; past this, the address is not a ready Ray head."""
+handshake): 4-10 s to a healthy local head on a busy 2-core machine; past this, the address is
+not a ready Ray head."""
 INSTALL_HINT = "pip install 'planner[ray]'"
 
 
