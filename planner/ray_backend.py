@@ -9,10 +9,11 @@ CPU); at most ``IN_FLIGHT_PER_CPU`` tasks per CPU of the cluster are submitted a
 study of 10⁵ scenarios neither floods the scheduler nor loses more than the tasks in flight when
 interrupted.
 
-Joining is bounded: a cluster is first joined by a child process that is killed after
-``JOIN_TIMEOUT_S`` (Ray itself retries for minutes against a port that answers but is not a Ray
-head, or against the stale address ``auto`` finds), so a wrong address is one line naming what
-was tried. Ray Client (``ray://``) needs the extra's ``ray[client]``.
+Joining is bounded: a cluster named by ``HOST:PORT`` or ``auto`` is first joined by a child
+process that is killed after ``JOIN_TIMEOUT_S`` (Ray itself retries for minutes against a port
+that answers but is not a Ray head, or against the stale address ``auto`` finds), so a wrong
+address is one line naming what was tried. Ray Client (``ray://``) needs the extra's
+``ray[client]``, and bounds its own connection.
 
 Every node needs planner installed at the same version as this process (``pip install
 'planner[ray]'``; a task answers with its version and a mismatch is an error). The user's own
@@ -41,10 +42,12 @@ IN_FLIGHT_PER_CPU = 2
 """Tasks submitted ahead per CPU of the cluster: enough to keep every CPU busy between waits."""
 CONNECT_TIMEOUT_S = 5.0
 """How long the head of a cluster named by ``--address`` may take to accept a TCP connection."""
-JOIN_TIMEOUT_S = 30.0
+JOIN_TIMEOUT_S = 45.0
 """How long joining a cluster may take, from a fresh process (Python, Ray's import, the
 handshake): 4-10 s to a healthy local head on a busy 2-core machine; past this, the address is
-not a ready Ray head."""
+not a ready Ray head. Ray Client (``ray://``) is not probed: it gives up by itself ("ray client
+connection timeout", 31 s against a port that is not Ray's), and a second client connection
+would spawn a second server process on the head."""
 INSTALL_HINT = "pip install 'planner[ray]'"
 
 
@@ -117,7 +120,8 @@ def _connect(ray: ModuleType, address: str | None, jobs: int) -> None:
         return
     if address != "auto":
         _check_reachable(address)
-    _probe_join(address)
+    if not address.startswith("ray://"):  # Ray Client bounds its own wait (30 s here)
+        _probe_join(address)
     try:
         ray.init(address=address, **quiet)
     except (ConnectionError, RuntimeError, ValueError) as error:
