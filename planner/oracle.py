@@ -229,22 +229,30 @@ def evaluate_values(ctx: CostContext, values: dict[str, np.ndarray]) -> StepTerm
     return evaluate_terms(ctx, Knobs.of(**{k: v for k, v in values.items() if k != "layout"}))
 
 
-def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> list[Ranked]:
-    """The ``top`` fastest valid strategies that fit in memory, fastest first."""
-    best_steps: list[np.ndarray] = []
-    best_values: list[dict[str, np.ndarray]] = []
+def fitting_chunks(
+    ctx: CostContext, space: SearchSpace
+) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
+    """(knob arrays, step times) of the valid strategies that fit in every memory tier, chunk
+    by chunk (valid_chunks)."""
     usable_bytes = ctx.system.hbm.capacity_gib * ctx.hbm_usable_fraction * BYTES_PER_GIB
     for values in valid_chunks(ctx, space):
         terms = evaluate_values(ctx, values)
         fits = terms.hbm_bytes <= usable_bytes
         for tier, spec in enumerate(ctx.system.offload_tiers, start=1):
             fits &= terms.offload_bytes(tier) <= spec.capacity_gib * BYTES_PER_GIB
-        if not fits.any():
-            continue
-        steps = np.broadcast_to(terms.step_time_s, fits.shape)[fits]
+        if fits.any():
+            steps = np.broadcast_to(terms.step_time_s, fits.shape)[fits]
+            yield {name: array[fits] for name, array in values.items()}, steps
+
+
+def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> list[Ranked]:
+    """The ``top`` fastest valid strategies that fit in memory, fastest first."""
+    best_steps: list[np.ndarray] = []
+    best_values: list[dict[str, np.ndarray]] = []
+    for values, steps in fitting_chunks(ctx, space):
         order = np.argsort(steps, kind="stable")[:top]
         best_steps.append(steps[order])
-        best_values.append({name: array[fits][order] for name, array in values.items()})
+        best_values.append({name: array[order] for name, array in values.items()})
     if not best_steps:
         return []
     steps = np.concatenate(best_steps)
