@@ -242,6 +242,26 @@ def _overrides_payload(args: argparse.Namespace) -> dict[str, float]:
     return overrides_from(vars(args)).given()
 
 
+def _add_limit_args(command: argparse.ArgumentParser, scope: str) -> None:
+    """--time-limit and --work-limit, each bounding ``scope``."""
+    command.add_argument(
+        "--time-limit",
+        type=_seconds,
+        default=None,
+        help=f"a wall-clock limit in seconds on {scope} (default: none; answers then depend "
+        "on the machine's load); alone, it replaces the default work limit",
+    )
+    command.add_argument(
+        "--work-limit",
+        type=_number(0, lim.MAX_WORK_UNITS),
+        default=None,
+        metavar="UNITS",
+        help=f"a limit on the work of {scope} in CP-SAT deterministic units, about a second "
+        f"each (default {lim.DEFAULT_WORK_UNITS:g}; the same answer on any machine under any "
+        "load)",
+    )
+
+
 def _add_target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-step-time",
@@ -391,21 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
         "interleave, recompute), tied variants listed (default); distinct step times, ties "
         "walked one by one; or every strategy",
     )
-    plan_cmd.add_argument(
-        "--time-limit",
-        type=_seconds,
-        default=None,
-        help="a wall-clock limit in seconds on the search (default: none; answers then depend "
-        "on the machine's load); alone, it replaces the default work limit",
-    )
-    plan_cmd.add_argument(
-        "--work-limit",
-        type=_number(0, lim.MAX_WORK_UNITS),
-        default=None,
-        metavar="UNITS",
-        help="a limit on the search's work in CP-SAT deterministic units, about a second each "
-        f"(default {lim.DEFAULT_WORK_UNITS:g}; the same answer on any machine under any load)",
-    )
+    _add_limit_args(plan_cmd, "the search")
     _add_target_args(plan_cmd)
     plan_cmd.add_argument(
         "--max-micro-batch",
@@ -476,21 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also trace the Pareto front against this quantity",
     )
     hardware_cmd.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE")
-    hardware_cmd.add_argument(
-        "--time-limit",
-        type=_seconds,
-        default=None,
-        help="a wall-clock limit in seconds on the whole query, --sweep included (default: "
-        "none; answers then depend on the machine's load); alone, it replaces the work limit",
-    )
-    hardware_cmd.add_argument(
-        "--work-limit",
-        type=_number(0, lim.MAX_WORK_UNITS),
-        default=None,
-        metavar="UNITS",
-        help="a limit on the whole query's work in CP-SAT deterministic units, --sweep included "
-        f"(default {lim.DEFAULT_WORK_UNITS:g}; the same answer on any machine under any load)",
-    )
+    _add_limit_args(hardware_cmd, "the whole query (--sweep included)")
 
     sweep_cmd = commands.add_parser("sweep", help="run a study file: many plans at once")
     sweep_cmd.add_argument("study", help="YAML/JSON study file")
