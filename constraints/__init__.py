@@ -21,7 +21,7 @@ from constraints.structure import (
     add_placement,
     add_rank_order,
 )
-from constraints.tables import TableBuilder
+from constraints.tables import TableBuilder, time_scale
 from constraints.target import PerformanceTarget, add_target
 from constraints.variables import Variables
 from planner.cost.context import CostContext
@@ -109,6 +109,7 @@ def build_plan_model(
     dropped: frozenset[str] = frozenset(),
     target: PerformanceTarget | None = None,
     exact_exposure: bool = True,
+    scale: int | None = None,
 ) -> PlanModel:
     """The CP-SAT model of one problem, minimising the step time. Every constraint family hangs
     on a literal. With ``assumptions`` the literals are solver assumptions (for infeasibility
@@ -117,7 +118,18 @@ def build_plan_model(
     the family whose quantity it minimises. ``target`` adds the performance-target family.
     ``exact_exposure`` (constraints.objective._exposed_once): the DP exposure an equality, which
     the step's minimisation searches faster, or only bounded from below, which a query
-    minimising something else searches faster."""
+    minimising something else searches faster. ``scale``: the time unit's refinement
+    (tables.time_scale of the space's most micro-batches by default; where its larger numbers
+    would make the model invalid, the plain unit)."""
+    if scale is None:
+        finer = time_scale(ctx.job.global_batch)  # n ≤ the global batch
+        if finer > 1:
+            built = build_plan_model(
+                ctx, space, assumptions, dropped, target, exact_exposure, scale=finer
+            )
+            if not built.model.Validate():
+                return built
+        scale = 1
     model = cp_model.CpModel()
     relaxable = None if assumptions else dropped
     variables = Variables.create(model, space, ctx.job.global_batch, relaxable)
@@ -134,7 +146,11 @@ def build_plan_model(
     memory_families = {"hbm"} | {f"offload{k}" for k in range(1, len(capacities))}
     fixed_memory = all(variables.always_on(name) for name in memory_families)
     tables = TableBuilder(
-        ctx, variables, memory_cap_bytes=max(capacities) * (1 << 30), memory_fixed=fixed_memory
+        ctx,
+        variables,
+        memory_cap_bytes=max(capacities) * (1 << 30),
+        memory_fixed=fixed_memory,
+        scale=scale,
     )
     needs = add_memory_fit(variables, tables)
     steps = add_step_time(variables, tables, exact_exposure)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 from ortools.sat.python import cp_model
 
-from constraints.variables import Variables
+from constraints.variables import INT_LIMIT, Variables
 from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import CostContext
 from planner.cost.experts import expert_dp_size
@@ -61,6 +61,24 @@ UNITS_PER_IDEAL_STEP = 1e6
 planner promises."""
 TIME_CEILING_IDEAL_STEPS = 1e5
 """Time table entries are clipped at 10^5 ideal steps (an MFU below 10^-5: never a plan)."""
+
+EXACT_MICRO_BATCHES = 256
+"""Micro-batches per step up to which the plain resolution holds. The per-micro-batch DP
+tables (ZeRO-2/3 transfers, ring latencies) are rounded to the unit and then multiplied by the
+n micro-batches (constraints.objective), so each errs by up to n/2 units: at n = 16,384 (batch
+16,384 on 8 GPUs with dp = 1) ZeRO-3's per-micro-batch latencies rounded to 0 units and the
+objective fell 0.18 % short of the evaluation. time_scale makes the unit finer by n/256."""
+
+
+def time_scale(micro_batches: int) -> int:
+    """How many times finer than 10^-6 ideal steps the time unit is for a space of up to
+    ``micro_batches`` micro-batches per step: ⌈n/EXACT_MICRO_BATCHES⌉, so that n half-units
+    stay within 128·10^-6 of an ideal step; at most what keeps n times the time ceiling a
+    quarter of CP-SAT's integer range (the n·x products of constraints.objective)."""
+    wanted = -(-micro_batches // EXACT_MICRO_BATCHES)
+    ceiling = UNITS_PER_IDEAL_STEP * TIME_CEILING_IDEAL_STEPS
+    room = int(INT_LIMIT // (4 * micro_batches * ceiling))
+    return max(1, min(wanted, room))
 
 
 @dataclass(frozen=True)
@@ -148,14 +166,16 @@ class TableBuilder:
         variables: Variables,
         memory_cap_bytes: float,
         memory_fixed: bool = True,
+        scale: int = 1,
     ) -> None:
+        """``scale``: time_scale's refinement of the time unit."""
         self.ctx = ctx
         self.variables = variables
         largest = math.prod(max(variables.domains[k]) for k in ("tp", "cp", "pp", "dp"))
         gpus = variables.space.gpus or min(largest, variables.space.max_gpus)
         ideal_step_s = model_flops_per_step(ctx) / (gpus * ctx.peak_flops)
-        self.unit_s = ideal_step_s / UNITS_PER_IDEAL_STEP
-        self.time_ceiling = int(UNITS_PER_IDEAL_STEP * TIME_CEILING_IDEAL_STEPS)
+        self.unit_s = ideal_step_s / (UNITS_PER_IDEAL_STEP * scale)
+        self.time_ceiling = int(UNITS_PER_IDEAL_STEP * scale * TIME_CEILING_IDEAL_STEPS)
         ceiling_bytes = memory_cap_bytes if memory_fixed else NEED_CAP_BYTES
         self.memory_unit_bytes = memory_unit_bytes(
             ceiling_bytes, ctx.model.layers, max(variables.domains["pp"])
