@@ -98,6 +98,9 @@ class Diagnosis(BaseModel):
     fixes were not searched for, not proven least or not verified."""
     stopped_by: StoppedBy | None = None
     """The limit that cut a step short ("work limit" or "time limit"; None when complete)."""
+    fixes_searched: bool = True
+    """False for a conflict-only diagnosis (plan(diagnose="conflict"), as min-hardware asks
+    for at the largest GPU count): no change was looked for, so none missing says nothing."""
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,7 @@ def diagnose(
         wall_time_s=time.perf_counter() - started,
         complete=not session.incomplete,
         stopped_by=session.stopped_by,
+        fixes_searched=fixes,
     )
 
 

@@ -423,11 +423,13 @@ def print_diagnosis(console: Console, result) -> None:
             else:
                 outcome = "[yellow]not verified[/]"
             console.print(f"  - {fix.change}  ({outcome})")
-    else:
+    elif diagnosis.fixes_searched:
         console.print(
             "No single change among GPUs, HBM, offload capacity, global batch or pins "
             "was found to make it feasible."
         )
+    else:
+        console.print("[dim]Changes that would make it feasible were not searched for.[/]")
     console.print(f"[dim]diagnosis took {diagnosis.wall_time_s:.1f} s[/]")
     if diagnosis.stopped_by is not None:
         limit = limit_text(diagnosis.stopped_by, getattr(result, "solver", None))

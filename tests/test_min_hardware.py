@@ -580,6 +580,26 @@ def test_an_mfu_above_the_compute_floor_is_refuted_at_once() -> None:
     assert result.status == "infeasible" and result.minimum is None
     assert [c.family for c in result.diagnosis.conflicts] == ["target"]
     assert result.work_units < 5
+    assert not result.diagnosis.fixes_searched and not result.diagnosis.relaxations
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_conflict_only_diagnosis_says_no_fix_was_searched(
+    capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """Min-hardware's diagnosis at the domain's top names the conflict only: the report says
+    the fixes were not searched for, not that none was found."""
+    from planner.cli import main
+
+    argv = ["min-hardware", "--model", "gpt3-175b", "--system", "dgx-h100"]
+    argv += ["--global-batch", "1536", "--minimize", "gpus", "--min-mfu", "0.99"]
+    code = main([*argv, *(["--json"] if as_json else [])])
+    out = capsys.readouterr().out
+    assert code == 3
+    if as_json:
+        assert json.loads(out)["diagnosis"]["fixes_searched"] is False
+    else:
+        assert "were not searched for" in out and "No single change" not in out
 
 
 def test_a_count_whose_plan_ran_out_leaves_the_answer_unproven(monkeypatch) -> None:
