@@ -27,17 +27,16 @@ from planner.cost.step import Knobs, StepTerms, evaluate_terms
 from planner.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
 from planner.rules import divisors
 from planner.search_space import (
-    FRACTION_PINS,
     KNOBS,
     SearchSpace,
     default_max_cp,
-    offload_codes,
+    encoded_pins,
+    offload_domain,
     pinned_values,
     stage_layouts,
     strategy_from_values,
 )
 from planner.specs import (
-    OFFLOAD_STEPS,
     PLACEMENT_CODES,
     RECOMPUTE_CODES,
     JobSpec,
@@ -77,14 +76,10 @@ def raw_space(
     offload share in steps of ``offload_step`` eighths in every tier, partial recompute of up to
     the largest stage's blocks. Nothing that has no effect is left out, and no rule prunes a
     value: valid_mask applies the rules."""
-    pins = dict(pins or {})
-    if pins.get("recompute_layers", 0) > 0 and pins.get("recompute") == RECOMPUTE_CODES["full"]:
-        pins["recompute"] = RECOMPUTE_CODES["none"]  # partial full recompute: none + r blocks
+    pins = encoded_pins(pins)
     seq_len = job.seq_len_for(model)
     cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
-    shares = set(range(offload_step, OFFLOAD_STEPS + 1, offload_step))
-    shares |= {value for name, value in pins.items() if name in FRACTION_PINS}
-    offload = offload_codes(len(system.memory_tiers) - 1, tuple(sorted(shares)))
+    offload = offload_domain(system, offload_step, pins)
     domains: dict[str, tuple[int, ...]] = {
         "tp": tuple(divisors(gpus)),
         "cp": tuple(c for c in divisors(gpus) if c <= cp_limit),

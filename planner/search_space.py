@@ -209,6 +209,23 @@ def offload_codes(tiers: int, eighths: tuple[int, ...]) -> tuple[int, ...]:
     return (0, *sorted(codes))
 
 
+def encoded_pins(pins: dict[str, int] | None) -> dict[str, int]:
+    """The user's pins as the knobs encode them: a partial full recompute (recompute full with
+    recompute_layers r > 0) is recompute none plus r fully recomputed blocks."""
+    pins = dict(pins or {})
+    if pins.get("recompute_layers", 0) > 0 and pins.get("recompute") == RECOMPUTE_CODES["full"]:
+        pins["recompute"] = RECOMPUTE_CODES["none"]
+    return pins
+
+
+def offload_domain(system: SystemSpec, offload_step: int, pins: dict[str, int]) -> tuple[int, ...]:
+    """An offload knob's domain on ``system``: shares in steps of ``offload_step`` eighths in
+    every offload tier (offload_codes), plus any share a fraction pin names."""
+    shares = set(range(offload_step, OFFLOAD_STEPS + 1, offload_step))
+    shares |= {value for name, value in pins.items() if name in FRACTION_PINS}
+    return offload_codes(len(system.memory_tiers) - 1, tuple(sorted(shares)))
+
+
 def pinned_values(space: SearchSpace, name: str, value: int) -> tuple[str, tuple[int, ...]]:
     """(the knob a pin constrains, the knob values it allows): an offload tier pin allows every
     share in that tier, an offload fraction pin (in eighths) that share in every tier; any other
@@ -245,15 +262,11 @@ def build_search_space(
         flash-attention kernel, selective recompute is the same plan as none and is left out. An
     overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off.
     Offload shares are searched in steps of ``offload_step`` eighths; a pinned share is added."""
-    pins = dict(pins or {})
-    if pins.get("recompute_layers", 0) > 0 and pins.get("recompute") == RECOMPUTE_CODES["full"]:
-        pins["recompute"] = RECOMPUTE_CODES["none"]  # partial full recompute: none + r blocks
+    pins = encoded_pins(pins)
     stack = hardware_catalog.load_stack(job.stack)
     seq_len = job.seq_len_for(model)
     tiers = tuple(range(len(system.memory_tiers)))
-    shares = set(range(offload_step, OFFLOAD_STEPS + 1, offload_step))
-    shares |= {value for name, value in pins.items() if name in FRACTION_PINS}
-    offload = offload_codes(len(tiers) - 1, tuple(sorted(shares)))
+    offload = offload_domain(system, offload_step, pins)
     if gpus is None:
         limit = max_gpus or system.max_gpus
         if not limit:
