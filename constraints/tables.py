@@ -59,6 +59,11 @@ UNITS_PER_IDEAL_STEP = 1e6
 """Time resolution: the ideal step (model FLOPs at peak on the largest GPU count considered) is
 10^6 units, so the objective's rounding error stays orders of magnitude below the 0.1 % the
 planner promises."""
+FLOOR_MARGIN = 1e-2
+"""Lower bounds on a GPU count that plan is held to (min_hardware's compute and memory floors,
+the diagnosis's candidate counts) are lowered by 1 %: the tables round each term to its unit
+(< 0.1 % of the step, DESIGN.md §5), so plan may accept a count a hair under the exact floor."""
+
 TIME_CEILING_IDEAL_STEPS = 1e5
 """Time table entries are clipped at 10^5 ideal steps (an MFU below 10^-5: never a plan)."""
 

@@ -27,10 +27,12 @@ from ortools.sat.python import cp_model
 from pydantic import BaseModel
 
 from constraints import PlanModel, build_plan_model
+from constraints.tables import FLOOR_MARGIN
 from constraints.target import PerformanceTarget
 from constraints.variables import ModelTooLarge
 from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.memory import memory_floor_gpus
 from planner.cost.step import Knobs, evaluate_terms
 from planner.rules import cp_allowed, cp_values, divisors
 from planner.search_space import SearchSpace, build_search_space, stage_layouts
@@ -619,11 +621,9 @@ class _Session:
         left out: tp dividing the heads evenly (ModelSpec.splits_over), cp splitting the
         sequence (rules.cp_allowed), pp up to the layers (stage layouts need not be even), dp
         dividing the global batch; within ``gpu_range``, from the memory floor up (fewer GPUs
-        cannot hold the model's state in all their tiers together: min_hardware.
-        memory_floor_gpus, lowered by its FLOOR_MARGIN), so each count left out is refuted."""
-        # min_hardware imports this module: imported here (its floor belongs in planner.cost)
-        from planner.min_hardware import FLOOR_MARGIN, memory_floor_gpus
-
+        cannot hold the model's state in all their tiers together: cost.memory.
+        memory_floor_gpus, lowered by constraints.tables.FLOOR_MARGIN), so each count left out
+        is refuted."""
         model, job = self.ctx.model, self.ctx.job
         bound, multiple = self.gpu_range()
         floor = memory_floor_gpus(self.ctx) * (1 - FLOOR_MARGIN)

@@ -36,13 +36,14 @@ from ortools.sat.python import cp_model
 from pydantic import BaseModel
 
 from constraints import build_plan_model
-from constraints.tables import with_bandwidth
+from constraints.tables import FLOOR_MARGIN, with_bandwidth
 from constraints.target import PerformanceTarget
 from planner import limits as lim
 from planner.api import as_model, as_system, evaluate
 from planner.cost.compute import block_times, lm_head_time_s
-from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
+from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.flops import model_flops_per_step
+from planner.cost.memory import memory_floor_gpus
 from planner.diagnosis import Diagnosis
 from planner.errors import InputError
 from planner.estimate import Estimate
@@ -90,10 +91,6 @@ GPU_COUNT_WORK_UNITS = 10.0
 """The most deterministic work one GPU count's plan may spend in a fewest-GPUs query: a count
 it leaves unrefuted makes the answer unproven, but does not spend the whole query's budget
 (the counts of benchmarks/min_hardware_latency.py need at most 0.1 units each)."""
-FLOOR_MARGIN = 1e-2
-"""The compute floor is lowered by 1 %: plan's integer tables round each term to its time
-unit (< 0.1 % of the step, DESIGN.md §5), so plan may accept a count a hair under the exact
-floor."""
 
 
 def gpu_seconds_floor(ctx: CostContext, space: SearchSpace) -> float:
@@ -119,26 +116,6 @@ def gpu_seconds_floor(ctx: CostContext, space: SearchSpace) -> float:
     per_micro_batch_s = ctx.model.layers * (times.forward_s + times.backward_s)
     per_micro_batch_s = per_micro_batch_s + lm_head_time_s(ctx, tp, mb, cp)
     return float(np.min(ctx.job.global_batch * tp * cp * per_micro_batch_s / mb))
-
-
-def memory_floor_gpus(ctx: CostContext) -> float:
-    """The fewest GPUs whose memory, every tier together, holds the blocks' model state
-    (planner.cost.memory.model_state):
-
-        N ≥ (e + g + o) · L · P_block / (usable HBM + Σ offload tier capacities)
-
-    with e = 2 bytes of weights, g the gradient bytes and o the optimizer bytes per parameter.
-    A rank of a stage of k blocks holds at least k · P_block / (t·cp·dp) parameters' state,
-    fully sharded (ZeRO-3 over dp·cp, the routed experts over ep·etp·edp = t·cp·dp; KV heads
-    replicated over t only add), in HBM or, offloaded, in a tier; the heaviest stage has
-    k ≥ L / p, so one GPU holds at least (e + g + o) · L · P_block / N. Embeddings,
-    activations, gathered blocks and the reserve only add."""
-    per_param = ACTIVATION_BYTES + ctx.grad_bytes + ctx.optimizer_bytes_per_param
-    tiers = ctx.system.memory_tiers
-    capacity_bytes = BYTES_PER_GIB * (
-        tiers[0].capacity_gib * ctx.hbm_usable_fraction + sum(t.capacity_gib for t in tiers[1:])
-    )
-    return per_param * ctx.model.layers * ctx.model.block_params / capacity_bytes
 
 
 def gpu_floor(ctx: CostContext, space: SearchSpace, target: PerformanceTarget) -> float | None:

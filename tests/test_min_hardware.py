@@ -16,11 +16,11 @@ from constraints.variables import MAX_TABLE_ENTRIES
 from planner.api import as_model, as_system, evaluate
 from planner.cli import main
 from planner.cost.context import CostContext
+from planner.cost.memory import memory_floor_gpus
 from planner.min_hardware import (
     _up_to_4_digits,
     bandwidth_grid,
     gpu_seconds_floor,
-    memory_floor_gpus,
     min_hardware,
     pareto,
     with_bandwidth_levels,

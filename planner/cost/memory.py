@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.context import ACTIVATION_BYTES, CostContext
+from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_dp_size, expert_tp_size
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
 from planner.cost.offload import offloaded_share
@@ -374,3 +374,23 @@ def stage_memory(
         offloaded=tuple(sum(items.values()) for items in offloaded_items),
         offloaded_items=offloaded_items,
     )
+
+
+def memory_floor_gpus(ctx: CostContext) -> float:
+    """The fewest GPUs whose memory, every tier together, holds the blocks' model state
+    (model_state):
+
+        N ≥ (e + g + o) · L · P_block / (usable HBM + Σ offload tier capacities)
+
+    with e = 2 bytes of weights, g the gradient bytes and o the optimizer bytes per parameter.
+    A rank of a stage of k blocks holds at least k · P_block / (t·cp·dp) parameters' state,
+    fully sharded (ZeRO-3 over dp·cp, the routed experts over ep·etp·edp = t·cp·dp; KV heads
+    replicated over t only add), in HBM or, offloaded, in a tier; the heaviest stage has
+    k ≥ L / p, so one GPU holds at least (e + g + o) · L · P_block / N. Embeddings,
+    activations, gathered blocks and the reserve only add."""
+    per_param = ACTIVATION_BYTES + ctx.grad_bytes + ctx.optimizer_bytes_per_param
+    tiers = ctx.system.memory_tiers
+    capacity_bytes = BYTES_PER_GIB * (
+        tiers[0].capacity_gib * ctx.hbm_usable_fraction + sum(t.capacity_gib for t in tiers[1:])
+    )
+    return per_param * ctx.model.layers * ctx.model.block_params / capacity_bytes
