@@ -22,7 +22,7 @@ from timing import timed
 
 import hardware_catalog
 from constraints.target import PerformanceTarget
-from planner.plan import plan
+from planner.queries.plan import plan
 from planner.specs import JobSpec
 
 

@@ -29,7 +29,7 @@ from timing import timed
 
 import hardware_catalog
 from planner.errors import InputError
-from planner.plan import plan
+from planner.queries.plan import plan
 from planner.specs import JobSpec, MemoryTierSpec, ModelSpec, SystemSpec
 
 SHOWN_SLOWEST = 8

@@ -20,7 +20,7 @@ import time
 from timing import timed
 
 from constraints.target import PerformanceTarget
-from planner.min_hardware import min_hardware
+from planner.queries.min_hardware import min_hardware
 from planner.specs import JobSpec
 
 OFFLOAD = "h100-offload-512g"

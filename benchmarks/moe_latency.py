@@ -7,10 +7,10 @@ split by expert-parallel size, in one run.
 
 Expert parallelism multiplies the plan's search space by the expert layouts (ep × expert TP).
 ``plan`` solves such a space in parts, one dense model per ep value, the largest first, each
-after the first held below the best objective so far (planner.solving.expert_parts,
+after the first held below the best objective so far (planner.queries.solving.expert_parts,
 solve_parts); ``--top``, the minimum-hardware queries and the diagnosis solve one model of the
-whole space, whose propagation phase has planner.solving.EXPERT_FIRST_PHASE_DETERMINISTIC_S of
-work before the LP (``--whole-units`` compares other budgets). For each problem this prints the
+whole space, whose propagation phase has planner.queries.solving.EXPERT_FIRST_PHASE_DETERMINISTIC_S
+of work before the LP (``--whole-units`` compares other budgets). For each problem this prints the
 build + solve wall time (median over ``--repeats``) and status of each way, the ratio of the
 first whole-space column to the parts, and that all reach the same objective.
 """
@@ -25,16 +25,16 @@ import time
 from ortools.sat.python import cp_model
 
 from constraints import build_plan_model
-from planner.api import as_model, as_system
 from planner.cost.context import CostContext
-from planner.search_space import build_search_space
-from planner.solving import (
+from planner.queries.evaluate import as_model, as_system
+from planner.queries.solving import (
     EXPERT_FIRST_PHASE_DETERMINISTIC_S,
     SOLVED,
     expert_parts,
     solve,
     solve_parts,
 )
+from planner.space.search_space import build_search_space
 from planner.specs import JobSpec
 
 PROBLEMS = (

@@ -26,8 +26,8 @@ from timing import timed
 
 import hardware_catalog
 from planner.cost.context import CostContext
-from planner.oracle import enumerate_strategies, raw_space
-from planner.plan import plan
+from planner.queries.plan import plan
+from planner.space.oracle import enumerate_strategies, raw_space
 from planner.specs import JobSpec
 
 SYSTEMS = ("dgx-h100", "h100-offload-512g")

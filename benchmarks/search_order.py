@@ -4,7 +4,7 @@
     python benchmarks/search_order.py pp,tp tp,pp,cp        # any orders of knobs
 
 For the README's main job and the dense scenarios of benchmarks/plan_latency.py --quick, one
-guided CP-SAT run per order (planner.solving's guided phase: the order's knobs from their
+guided CP-SAT run per order (planner.queries.solving's guided phase: the order's knobs from their
 largest value down, then CP-SAT's heuristics) with a budget of --budget deterministic units,
 and the work it took to prove the answer. Deterministic work is the same on any machine and
 under any load, so orders compare without timing noise. An order that leaves a problem
@@ -20,8 +20,8 @@ from plan_latency import scenarios
 import constraints
 import hardware_catalog
 from planner.cost.context import CostContext
-from planner.search_space import build_search_space
-from planner.solving import Phase, _run
+from planner.queries.solving import Phase, _run
+from planner.space.search_space import build_search_space
 from planner.specs import JobSpec
 
 MAIN_JOB = ("gpt3-175b", "dgx-a100-80g", 1024, 1536)

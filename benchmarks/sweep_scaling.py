@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from planner.sweep import Study, run_study
+from planner.studies.sweep import Study, run_study
 
 STUDY = Study(
     name="scaling",

@@ -2,7 +2,7 @@
 
     python benchmarks/top_k_latency.py [--repeats 3]
 
-Ranks are distinct structures by default (planner.ranking): per rank, one re-solve with the
+Ranks are distinct structures by default (planner.queries.ranking): per rank, one re-solve with the
 structures found so far excluded (the last objective a lower bound), then up to MAX_VARIANTS
 short solves for its tied variants with the structure held. The table shows the median wall time
 of plan() per K and the cost per extra rank.
@@ -14,7 +14,7 @@ import argparse
 
 from timing import timed
 
-from planner.plan import plan
+from planner.queries.plan import plan
 from planner.specs import JobSpec
 
 PROBLEMS = (

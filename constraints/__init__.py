@@ -26,7 +26,7 @@ from constraints.target import PerformanceTarget, add_target
 from constraints.variables import Variables
 from planner.cost.context import CostContext
 from planner.cost.flops import model_flops_per_step
-from planner.search_space import SearchSpace
+from planner.space.search_space import SearchSpace
 from planner.specs import OFFLOAD_KINDS, OFFLOAD_STEPS, offload_eighths
 
 OFFLOAD_KNOBS = tuple(f"offload_{kind}" for kind in OFFLOAD_KINDS)
@@ -84,9 +84,9 @@ class PlanModel:
 
 
 SEARCH_ORDER = ("tp", "pp")
-"""The knobs a guided search (planner.solving) decides first, each from its largest value down,
-before CP-SAT's own heuristics take over. Over the README's main job and the 43 dense scenarios
-of benchmarks/plan_latency.py --quick, the work each order needs to prove them
+"""The knobs a guided search (planner.queries.solving) decides first, each from its largest
+value down, before CP-SAT's own heuristics take over. Over the README's main job and the 43
+dense scenarios of benchmarks/plan_latency.py --quick, the work each order needs to prove them
 (benchmarks/search_order.py; deterministic units, up to 3), with the DP exposure an equality
 (constraints.objective._exposed_once): tp then pp 6.5 in all, at most 0.34, none unproven;
 pp then tp 7.0, at most 0.44; tp alone 10.4, one unproven. With the exposure bounded only from

@@ -11,7 +11,7 @@ the canonical values of knobs that have no effect.
   multiple of pp (Megatron's interleaved schedule; the pair literals already admit only
   interleaves that divide the layers per stage);
 - partial recompute: recompute_layers fewer than every stage's blocks, a multiple of the
-  interleave, only as full recompute without ZeRO-3 or offloading (planner.rules);
+  interleave, only as full recompute without ZeRO-3 or offloading (planner.space.rules);
 - rank order: TP, PP, DP only with cp = 1;
 - placement: a TP group stays inside one scale-up domain unless the system allows otherwise;
 - pins: each user pin is its own family, so a conflict can name it.
@@ -24,8 +24,8 @@ import math
 from ortools.sat.python import cp_model
 
 from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_exponent, prime_factors
-from planner.rules import cp_allowed
-from planner.search_space import FRACTION_PINS, pinned_values
+from planner.space.rules import cp_allowed
+from planner.space.search_space import FRACTION_PINS, pinned_values
 from planner.specs import OFFLOAD_STEPS, JobSpec, ModelSpec, SystemSpec
 
 
@@ -90,7 +90,7 @@ def add_divisibility(variables: Variables, model: ModelSpec, seq_len: int) -> No
 
 
 def add_experts(variables: Variables, model: ModelSpec) -> None:
-    """Expert parallelism (planner.rules, planner/cost/experts.py): ep divides the experts;
+    """Expert parallelism (planner.space.rules, planner/cost/experts.py): ep divides the experts;
     expert TP (code 0: = tp) divides tp and the expert width; ep·etp divides a stage's
     tp·cp·dp ranks, per prime q as exponents, e_q(ep) + e_q(etp) ≤ e_q(tp) + e_q(cp) + e_q(dp)
     (with etp = tp: e_q(ep) ≤ e_q(cp) + e_q(dp)); an MoE model with tp > 1 has sequence
@@ -139,9 +139,9 @@ def add_experts(variables: Variables, model: ModelSpec) -> None:
 def add_partial_recompute(variables: Variables) -> None:
     """Partial recompute (recompute_layers r > 0, encoded as recompute none + r fully
     recomputed blocks per stage): fewer blocks than the last (lightest) stage holds, a multiple
-    of the interleave, without ZeRO-3 or offloading (planner.rules). Not a family: the step-time
-    and memory encodings assume it (r·X per stage), so it is never relaxed; a pin that breaks it
-    is the conflict a diagnosis names."""
+    of the interleave, without ZeRO-3 or offloading (planner.space.rules). Not a family: the
+    step-time and memory encodings assume it (r·X per stage), so it is never relaxed; a pin that
+    breaks it is the conflict a diagnosis names."""
     partial = variables.partial_literal()
     if partial is None:
         return
@@ -209,7 +209,7 @@ def add_pins(variables: Variables) -> None:
 def add_canonical(variables: Variables, model: ModelSpec) -> None:
     """Knobs without effect take one value (not a family: it never excludes a distinct plan).
 
-    Why each cut keeps every step time and memory need (planner.search_space.canonical_mask
+    Why each cut keeps every step time and memory need (planner.space.search_space.canonical_mask
     states the same cuts; tests/test_raw_oracle.py checks both against an enumeration of the
     raw product of knob values, which applies none of them):
 

@@ -50,7 +50,7 @@ from planner.specs import RECOMPUTE_CODES, SystemSpec
 KIB = 1024.0
 NEED_CAP_BYTES = float(1 << 46)
 """A strategy needing more than 64 TiB per GPU in one tier is out of the model (it keeps the
-scaled memory inequalities inside 64-bit integers; planner.limits.MAX_CAPACITY_GIB is the same
+scaled memory inequalities inside 64-bit integers; planner.specs.limits.MAX_CAPACITY_GIB is the same
 64 TiB). Memory table entries are clipped just above the largest capacity when every fit family
 is on, else just above this cap, so that a clipped entry never fits: clipping at anything lower
 (the model clipped at 2 TiB before) lets a minimum-hardware query take a strategy needing
@@ -277,7 +277,7 @@ class TableBuilder:
     def exposed_comm_s(self, ctx: CostContext, g: Grid, recompute: np.ndarray | int):
         """Exposed TP, CP and expert traffic per block per micro-batch over ``g`` (which has
         the comm_exposed knobs). Sequence parallelism only changes the expert traffic's
-        overlap window, and an MoE model has it exactly when tp > 1 (planner.rules)."""
+        overlap window, and an MoE model has it exactly when tp > 1 (planner.space.rules)."""
         sp = g["tp"] > 1 if ctx.model.is_moe else 0
         pieces = block_pieces(
             ctx,

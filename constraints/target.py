@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from constraints.objective import StepVariables
 from constraints.variables import LOG_SCALE, Variables
-from planner import limits as lim
 from planner.errors import InputError
+from planner.specs import limits as lim
 
 
 @dataclass(frozen=True)

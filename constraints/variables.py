@@ -18,8 +18,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.errors import InputError
-from planner.rules import divisors
-from planner.search_space import SearchSpace
+from planner.space.rules import divisors
+from planner.space.search_space import SearchSpace
 
 MAX_TABLE_ENTRIES = 1_000_000
 """Cost-table entries one model may hold. Catalog problems need 10^3–10^5; past 10^6 the

@@ -5,8 +5,7 @@ python examples/plan_from_python.py
 
 from pathlib import Path
 
-from planner import JobSpec, Strategy, evaluate
-from planner.plan import plan
+from planner import JobSpec, Strategy, evaluate, plan
 
 SPECS = Path(__file__).parent / "specs"
 

@@ -9,21 +9,35 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from planner.api import evaluate
+    from planner.cost.estimate import Estimate
     from planner.errors import InputError
-    from planner.estimate import Estimate
+    from planner.queries.evaluate import evaluate
+    from planner.queries.min_hardware import min_hardware
+    from planner.queries.plan import plan
     from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 _EXPORTS = {
-    "Estimate": "planner.estimate",
+    "Estimate": "planner.cost.estimate",
     "InputError": "planner.errors",
     "JobSpec": "planner.specs",
     "ModelSpec": "planner.specs",
     "Strategy": "planner.specs",
     "SystemSpec": "planner.specs",
-    "evaluate": "planner.api",
+    "evaluate": "planner.queries.evaluate",
+    "min_hardware": "planner.queries.min_hardware",
+    "plan": "planner.queries.plan",
 }
-__all__ = ["Estimate", "InputError", "JobSpec", "ModelSpec", "Strategy", "SystemSpec", "evaluate"]
+__all__ = [
+    "Estimate",
+    "InputError",
+    "JobSpec",
+    "ModelSpec",
+    "Strategy",
+    "SystemSpec",
+    "evaluate",
+    "min_hardware",
+    "plan",
+]
 __version__ = "0.1.0"
 
 

@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 import hardware_catalog
-from planner import limits as lim
+from planner.accuracy.validation import load_dataset, resolve
+from planner.cli.report import flatten, source_for
 from planner.errors import InputError
-from planner.report import flatten, source_for
 from planner.specs import ModelSpec, StackProfile, SystemSpec
-from planner.validation import load_dataset, resolve
+from planner.specs import limits as lim
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,8 +167,8 @@ def _every_system_and_stack() -> tuple[list[SystemSpec], list[StackProfile]]:
 
 
 def test_the_physical_ranges_leave_room_around_every_real_number() -> None:
-    """The lower bounds of planner.limits reject no catalog, example or dataset number, and sit
-    well below the smallest of each kind (so they cut no real question)."""
+    """The lower bounds of planner.specs.limits reject no catalog, example or dataset number, and
+    sit well below the smallest of each kind (so they cut no real question)."""
     systems, stacks = _every_system_and_stack()
     tiers = [tier for s in systems for tier in (*s.memory_tiers, *s.network_tiers)]
     kernels = [p for s in systems for ps in s.accelerator.attention_kernels.values() for p in ps]

@@ -14,9 +14,9 @@ from planner.cli import main
 from planner.cost.context import CostContext
 from planner.cost.memory import StageParams
 from planner.cost.step import Knobs, dp_collectives, dp_comm_times_s, evaluate_terms
-from planner.hardware import override_system
-from planner.quantities import OFFLOAD_STEPS
 from planner.specs import OFFLOAD_KINDS, JobSpec, offload_code
+from planner.specs.hardware import override_system
+from planner.specs.quantities import OFFLOAD_STEPS
 from tests.conftest import gpt_model, simple_system
 
 BANDWIDTH_FIELDS = ("hbm", "offload", "scale_up", "scale_out")
@@ -374,7 +374,7 @@ def test_the_plan_charges_the_overlapped_pipeline_messages_as_evaluated() -> Non
     """The CP-SAT encoding of the shown P2P excess is the cost model's: on a slow scale-out link
     with interleaving pinned, the solver's objective is the evaluated step time, which pays
     for the messages."""
-    from planner.plan import plan
+    from planner.queries.plan import plan
 
     system = override_system(hardware_catalog.load_system("dgx-a100-80g"), {"scale_out_gbps": 0.1})
     result = plan("gpt3-175b", system, JobSpec(global_batch=16), 64, pins={"interleave": 2})

@@ -9,13 +9,13 @@ import pytest
 from ortools.sat.python import cp_model
 
 import hardware_catalog
-import planner.diagnosis as diagnosis_module
+import planner.queries.diagnosis as diagnosis_module
 from constraints import build_plan_model
 from constraints.target import PerformanceTarget
 from planner.cost.context import CostContext
-from planner.plan import plan
-from planner.search_space import build_search_space
-from planner.solving import solve
+from planner.queries.plan import plan
+from planner.queries.solving import solve
+from planner.space.search_space import build_search_space
 from planner.specs import JobSpec, SystemSpec
 
 

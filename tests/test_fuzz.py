@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import hardware_catalog
+from planner.accuracy.validation import load_dataset
 from planner.cli import main
-from planner.validation import load_dataset
 
 EXAMPLES = int(os.environ.get("PLANNER_FUZZ_EXAMPLES", "40"))
 MAX_RUN_S = 10.0
@@ -405,9 +405,9 @@ def test_a_non_finite_step_time_is_an_input_error_not_an_answer() -> None:
     """Were a number outside the ranges to reach the cost model (here a stack built without
     validation), the estimate refuses the infinite step time it gives."""
     from planner.cost.context import CostContext
+    from planner.cost.estimate import build_estimate
     from planner.cost.step import Knobs, evaluate_terms
     from planner.errors import InputError
-    from planner.estimate import build_estimate
     from planner.specs import JobSpec, StackProfile
 
     fields = hardware_catalog.load_stack("megatron-core").model_dump()

@@ -13,8 +13,8 @@ import yaml
 from hardware_catalog import load_system
 from planner.cli import main
 from planner.errors import InputError
-from planner.hardware import HardwareOverrides, override_system
 from planner.specs import SystemSpec
+from planner.specs.hardware import HardwareOverrides, override_system
 
 SMALL_PLAN = ["--model", "gpt3-1.3b", "--system", "dgx-h100", "--gpus", "8", "--global-batch", "64"]
 SMALL_STRATEGY = ["--tp", "1", "--pp", "1", "--micro-batch", "1"]

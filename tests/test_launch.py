@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from hardware_catalog import load_stack
 from planner import launch
-from planner.api import as_model, as_system, evaluate
 from planner.cli import main
 from planner.errors import InputError
 from planner.launch.restrict import plan_for
-from planner.rules import divisors, strategy_violations
-from planner.search_space import stage_layouts
+from planner.queries.evaluate import as_model, as_system, evaluate
+from planner.space.rules import divisors, strategy_violations
+from planner.space.search_space import stage_layouts
 from planner.specs import OFFLOAD_STEPS, PLACEMENT_CODES, JobSpec, Strategy
 from tests.test_startup import HEAVY, PROBE
 

@@ -13,11 +13,11 @@ from constraints import build_plan_model
 from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
 from constraints.variables import MAX_TABLE_ENTRIES
-from planner.api import as_model, as_system, evaluate
 from planner.cli import main
 from planner.cost.context import CostContext
 from planner.cost.memory import memory_floor_gpus
-from planner.min_hardware import (
+from planner.queries.evaluate import as_model, as_system, evaluate
+from planner.queries.min_hardware import (
     _up_to_4_digits,
     bandwidth_grid,
     gpu_seconds_floor,
@@ -25,8 +25,8 @@ from planner.min_hardware import (
     pareto,
     with_bandwidth_levels,
 )
-from planner.plan import Plan, plan
-from planner.search_space import build_search_space
+from planner.queries.plan import Plan, plan
+from planner.space.search_space import build_search_space
 from planner.specs import JobSpec, Strategy
 from tests.conftest import gpt_model, simple_system
 
@@ -287,7 +287,7 @@ def test_every_memory_total_is_the_sum_of_its_rows() -> None:
     estimates = [result.estimate] if result.estimate else []
     sys = system(0.6)
     for mb in (1, 2):
-        from planner.api import evaluate
+        from planner.queries.evaluate import evaluate
         from planner.specs import Strategy
 
         estimates.append(
@@ -605,7 +605,7 @@ def test_a_conflict_only_diagnosis_says_no_fix_was_searched(
 def test_a_count_whose_plan_ran_out_leaves_the_answer_unproven(monkeypatch) -> None:
     """A count whose plan ran out of work is neither refuted nor skipped: the least count
     found after it is the answer, not proven, and the count is listed as unrefuted."""
-    import planner.min_hardware as module
+    import planner.queries.min_hardware as module
 
     sys = system()
     fastest_on_8 = plan(MODEL, sys, JOB, 8, diagnose=False).estimate.step_time_s
@@ -668,7 +668,7 @@ def test_the_memory_floor_is_below_every_count_that_fits(hbm_gib: float) -> None
 def test_a_sweep_shares_one_work_budget(monkeypatch) -> None:
     """Issue 40: `--sweep ... --time-limit 5` ran 31-37 s, every query of the front with the
     whole limit. Each query now gets what the ones before it left."""
-    import planner.min_hardware as module
+    import planner.queries.min_hardware as module
 
     calls: list[tuple[float, float]] = []
 

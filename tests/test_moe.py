@@ -14,15 +14,15 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import hardware_catalog
-import planner.solving as solving
+import planner.queries.solving as solving
 from planner import launch
-from planner.api import as_model, as_system
 from planner.cli import main
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.flops import block_forward_flops, block_gemms
 from planner.cost.step import Knobs, evaluate_terms
 from planner.errors import InputError
-from planner.rules import strategy_violations
+from planner.queries.evaluate import as_model, as_system
+from planner.space.rules import strategy_violations
 from planner.specs import JobSpec, ModelSpec, Strategy
 from tests.conftest import simple_system
 from tests.test_planner import assert_solver_matches_oracle

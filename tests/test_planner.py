@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.api import evaluate
 from planner.cost.context import CostContext
-from planner.oracle import Ranked, enumerate_strategies, fitting_chunks, raw_space
-from planner.plan import plan
-from planner.ranking import TIE_TOLERANCE
-from planner.search_space import canonical_values, parse_pin, strategy_from_values
+from planner.queries.evaluate import evaluate
+from planner.queries.plan import plan
+from planner.queries.ranking import TIE_TOLERANCE
+from planner.space.oracle import Ranked, enumerate_strategies, fitting_chunks, raw_space
+from planner.space.search_space import canonical_values, parse_pin, strategy_from_values
 from planner.specs import JobSpec
 from tests.conftest import gpt_model, simple_system
 
@@ -135,7 +135,7 @@ def oracle_steps(model, system, job, gpus, caps=SMALL) -> np.ndarray:
 
 
 def solve(model, system, job, gpus, pins=None, top=1, rank_by="strategy", caps=SMALL):
-    from planner import search_space
+    from planner.space import search_space
 
     original = search_space.build_search_space
 
@@ -143,7 +143,7 @@ def solve(model, system, job, gpus, pins=None, top=1, rank_by="strategy", caps=S
         return original(*args, **{**kwargs, **caps})
 
     search_space_build = pytest.MonkeyPatch()
-    search_space_build.setattr("planner.plan.build_search_space", small)
+    search_space_build.setattr("planner.queries.plan.build_search_space", small)
     try:
         return plan(model, system, job, gpus, pins=pins, top=top, rank_by=rank_by)
     finally:

@@ -1,5 +1,5 @@
-"""Plots, checked on their data (planner.plots.charts), not their pixels: one bar per row and
-every row present, labels unique and naming only what varies, reference lines where asked, the
+"""Plots, checked on their data (planner.studies.plots.charts), not their pixels: one bar per row
+and every row present, labels unique and naming only what varies, reference lines where asked, the
 offload-bandwidth plot relative to unlimited bandwidth, the least-hardware plot only from a
 min-hardware study; then each kind drawn once."""
 
@@ -14,8 +14,8 @@ import yaml
 
 from planner.cli import main
 from planner.errors import InputError
-from planner.plots import chart
-from planner.sweep import load_study, run_study
+from planner.studies.plots import chart
+from planner.studies.sweep import load_study, run_study
 
 PLAN_STUDY = {
     "name": "small offload",
@@ -256,7 +256,7 @@ def test_the_output_is_refused_before_anything_is_drawn(
     """A wrong --out is one line at once, not after the render; a write that fails (a full
     device) is an error, never 'wrote'."""
     pytest.importorskip("matplotlib")
-    import planner.plots.render
+    import planner.studies.plots.render
 
     out = plan_rows[0]
     (tmp_path / "folder").mkdir()
@@ -266,15 +266,15 @@ def test_the_output_is_refused_before_anything_is_drawn(
         str(tmp_path / "folder"): "a folder; name an image file",
         str(tmp_path / "missing" / "x.png"): f"no folder {tmp_path / 'missing'}",
     }
-    real_draw = planner.plots.render.draw
-    monkeypatch.setattr(planner.plots.render, "draw", lambda *a: pytest.fail("drew"))
+    real_draw = planner.studies.plots.render.draw
+    monkeypatch.setattr(planner.studies.plots.render, "draw", lambda *a: pytest.fail("drew"))
     for target, message in cases.items():
         assert main(["plot", str(out), "--kind", "breakdown", "--out", target]) == 2, target
         err = capsys.readouterr().err
         assert err == f"planner: error: --out {target}: {message}" + err.split(message, 1)[1]
         assert err.count("\n") == 1
     assert not (tmp_path / "folder.png").exists() and not (tmp_path / "p.txt").exists()
-    monkeypatch.setattr(planner.plots.render, "draw", real_draw)
+    monkeypatch.setattr(planner.studies.plots.render, "draw", real_draw)
     if not Path("/dev/full").exists():
         return
     full = tmp_path / "full.png"
@@ -290,7 +290,7 @@ def test_a_chart_past_the_drawing_limits_is_refused(
 ) -> None:
     """Thousands of rows: refused in seconds, naming the limit (it was a FreeType error after
     20 s for bars, minutes of drawing for lines)."""
-    from planner.plots import charts
+    from planner.studies.plots import charts
 
     first = next(row for row in plan_rows[1] if row.get("step_time_s") is not None)
     big = tmp_path / "big"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from planner.cli import main
-from planner.plan import plan
+from planner.queries.plan import plan
 from planner.specs import JobSpec
 
 MAIN_JOB = ["--model", "gpt3-175b", "--system", "dgx-a100-80g", "--gpus", "1024"]

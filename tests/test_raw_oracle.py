@@ -1,13 +1,13 @@
 """The planner against an oracle that shares none of its space reductions (issue 40).
 
-planner.oracle enumerates the raw product of knob values inside the stated caps and keeps only
-what planner.rules allows; the CP-SAT model drops values that have no effect
-(constraints.structure.add_canonical, planner.search_space's domains) and prunes by the rules.
+planner.space.oracle enumerates the raw product of knob values inside the stated caps and keeps only
+what planner.space.rules allows; the CP-SAT model drops values that have no effect
+(constraints.structure.add_canonical, planner.space.search_space's domains) and prunes by the rules.
 Three checks keep those reductions honest:
 
 - every valid strategy's canonical twin (search_space.canonical_values: the strategy the
   solver's space holds in its place) is itself valid and costs exactly what it costs;
-- the oracle's vectorised rules are planner.rules', strategy by strategy;
+- the oracle's vectorised rules are planner.space.rules', strategy by strategy;
 - the solver's proven optimum is the raw oracle's on random problems that draw every knob:
   context and expert parallelism, uneven stages, offload shares, every stack, both attention
   kernels, one- and two-tier networks, data parallelism of 1 (where ZeRO was once cut).
@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hardware_catalog
-from planner.api import evaluate
 from planner.cost.context import BYTES_PER_GIB, CostContext
-from planner.oracle import (
+from planner.queries.evaluate import evaluate
+from planner.queries.plan import plan
+from planner.space.oracle import (
     chunk_values,
     enumerate_strategies,
     evaluate_values,
@@ -31,9 +32,8 @@ from planner.oracle import (
     valid_chunks,
     valid_mask,
 )
-from planner.plan import plan
-from planner.rules import strategy_violations
-from planner.search_space import canonical_values, stated_caps, strategy_from_values
+from planner.space.rules import strategy_violations
+from planner.space.search_space import canonical_values, stated_caps, strategy_from_values
 from planner.specs import JobSpec, ModelSpec, Strategy
 from tests.conftest import simple_system
 from tests.test_planner import REL, SMALL_BUCKETS
@@ -135,7 +135,7 @@ def test_every_canonical_twin_is_valid_and_costs_what_its_strategy_costs(problem
 @given(raw_problems(), st.randoms(use_true_random=False))
 def test_the_oracles_rules_are_planner_rules(problem, rng) -> None:
     """Strategy by strategy, on a sample of the raw product (valid or not), the vectorised
-    rules agree with planner.rules.strategy_violations, the stated caps aside."""
+    rules agree with planner.space.rules.strategy_violations, the stated caps aside."""
     model, system, job, gpus, caps = problem
     ctx = CostContext(model, system, job)
     space = raw_space(model, system, job, gpus, **caps)

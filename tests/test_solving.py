@@ -1,4 +1,4 @@
-"""The solve's phases (planner.solving): their order per kind of space, and that a phase cut
+"""The solve's phases (planner.queries.solving): their order per kind of space, and that a phase cut
 short hands its best solution on and changes no answer."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import json
 import pytest
 from ortools.sat.python import cp_model
 
-import planner.solving as solving
+import planner.queries.solving as solving
 from constraints import build_plan_model
-from planner.api import as_model, as_system
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
-from planner.search_space import build_search_space, strategy_from_values
-from planner.solving import Phase, expert_parts, phases, solve, solve_parts
+from planner.queries.evaluate import as_model, as_system
+from planner.queries.solving import Phase, expert_parts, phases, solve, solve_parts
+from planner.space.search_space import build_search_space, strategy_from_values
 from planner.specs import JobSpec
 
 
@@ -67,7 +67,7 @@ def test_every_solution_carries_its_exposed_dp_traffic_not_an_upper_bound() -> N
     built = build_plan_model(ctx, space)
     recorder = _Solutions(built, built.steps.dp_exposed[0])
     solver = cp_model.CpSolver()
-    parameters = solver.parameters  # the guided phase's (planner.solving._run)
+    parameters = solver.parameters  # the guided phase's (planner.queries.solving._run)
     parameters.num_workers = 1
     parameters.cp_model_presolve = False
     parameters.linearization_level = 0
@@ -326,7 +326,7 @@ def test_a_limit_out_of_range_is_one_line_and_exit_2(capsys, flags, message) -> 
 
 def test_plan_refuses_no_limit_at_all() -> None:
     from planner.errors import InputError
-    from planner.plan import plan
+    from planner.queries.plan import plan
 
     with pytest.raises(InputError, match="--work-limit"):
         plan("gpt3-175b", "dgx-a100-80g", JobSpec(global_batch=1536), 1024, work_limit=None)
@@ -335,7 +335,7 @@ def test_plan_refuses_no_limit_at_all() -> None:
 def test_the_same_input_twice_gives_the_same_answer_even_when_cut_short() -> None:
     """Deterministic work limits: a search cut short stops at the same point every time, so
     the same input gives the same strategy, status and objective."""
-    from planner.plan import plan
+    from planner.queries.plan import plan
 
     job = JobSpec(global_batch=1536)
     runs = [plan("gpt3-175b", "dgx-a100-80g", job, 1024, work_limit=0.02) for _ in range(2)]

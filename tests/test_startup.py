@@ -56,7 +56,7 @@ def test_plan_does_load_the_solver() -> None:
 
 LEAN_PROBE = """
 import sys
-from planner import cpsat_import
+from planner.cli import cpsat_import
 {setup}
 used = cpsat_import.import_cp_model_without_pandas()
 from ortools.sat.python import cp_model
@@ -119,16 +119,16 @@ def test_console_script_exits_with_mains_code_after_freezing(monkeypatch, capsys
 def test_plan_of_one_does_not_rank(monkeypatch) -> None:
     """With top = 1 the ranking's further solves (tied variants, dropped) are skipped; the
     strategy is the one that top = 2 ranks first."""
-    import planner.plan
+    import planner.queries.plan
     from planner.specs import JobSpec
 
     job = JobSpec(global_batch=64)
-    ranked = planner.plan.plan("gpt3-1.3b", "dgx-h100", job, 8, top=2)
+    ranked = planner.queries.plan.plan("gpt3-1.3b", "dgx-h100", job, 8, top=2)
 
     def no_rank(*args, **kwargs):
         raise AssertionError("rank() called for top = 1")
 
-    monkeypatch.setattr(planner.plan, "rank", no_rank)
-    single = planner.plan.plan("gpt3-1.3b", "dgx-h100", job, 8)
+    monkeypatch.setattr(planner.queries.plan, "rank", no_rank)
+    single = planner.queries.plan.plan("gpt3-1.3b", "dgx-h100", job, 8)
     assert single.strategy == ranked.strategy == ranked.alternatives[0].strategy
     assert single.estimate == ranked.estimate

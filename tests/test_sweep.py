@@ -15,11 +15,11 @@ import yaml
 
 from planner.cli import main
 from planner.errors import InputError
-from planner.hardware import override_system
-from planner.limits import MAX_GLOBAL_BATCH
-from planner.plan import plan
+from planner.queries.plan import plan
 from planner.specs import JobSpec
-from planner.sweep import load_study, read_rows, run_study
+from planner.specs.hardware import override_system
+from planner.specs.limits import MAX_GLOBAL_BATCH
+from planner.studies.sweep import load_study, read_rows, run_study
 
 STUDY = {
     "name": "tiny",
@@ -184,7 +184,7 @@ def test_job_model_and_hardware_axes_equal_individual_plans(tmp_path: Path) -> N
 
 def test_global_batch_as_an_axis_and_per_gpu_rule(tmp_path: Path) -> None:
     listed = load_study(write(tmp_path, {**STUDY, "global_batch": [32, 64], "hardware": {}}))
-    from planner.sweep import scenarios
+    from planner.studies.sweep import scenarios
 
     batches = sorted((s["gpus"], s["global_batch"]) for s in scenarios(listed))
     assert batches == [(8, 32), (8, 32), (8, 64), (8, 64), (16, 32), (16, 32), (16, 64), (16, 64)]
@@ -238,7 +238,7 @@ def test_diagnosis_on_request_and_progress_lines(
 
 
 def test_eta_line_counts_only_this_runs_pace() -> None:
-    from planner.sweep import eta_line
+    from planner.studies.sweep import eta_line
 
     assert eta_line("s", 30, 130, 10, 20.0) == "s: 30/130 scenarios, 20 s, about 1 min 40 s left"
     assert eta_line("s", 10, 130, 10, 0.0) == "s: 10/130 scenarios, 0 s, starting"
@@ -313,16 +313,16 @@ def test_a_failing_scenario_is_an_error_row_and_the_rest_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whatever goes wrong in one scenario (its input, or a bug) is that scenario's row."""
-    import planner.sweep
+    import planner.studies.sweep
 
-    solve = planner.sweep._solve_scenario
+    solve = planner.studies.sweep._solve_scenario
 
     def failing(study, scenario, row, started):  # noqa: ANN001, ANN202
         if scenario["hbm_gib"] == 16 and scenario["gpus"] == 8:
             raise RuntimeError("boom\nsecond line")
         return solve(study, scenario, row, started)
 
-    monkeypatch.setattr(planner.sweep, "_solve_scenario", failing)
+    monkeypatch.setattr(planner.studies.sweep, "_solve_scenario", failing)
     study = load_study(write(tmp_path, {**STUDY, "models": ["gpt3-1.3b"]}))
     rows = run_study(study, tmp_path / "out")
     errors = [r for r in rows if r["status"] == "error"]

@@ -19,7 +19,7 @@ import yaml
 import planner
 from planner.cli import main
 from planner.errors import InputError
-from planner.sweep import load_study, run_study, scenarios
+from planner.studies.sweep import load_study, run_study, scenarios
 from tests.test_sweep import STUDY as SWEEP_STUDY
 from tests.test_sweep import write
 
@@ -85,7 +85,7 @@ def test_cli_ray_sweep_joins_a_running_cluster(tmp_path: Path) -> None:
         head.terminate()
         head.wait(timeout=60)
         _restore(cluster_file, before)
-    from planner.sweep import read_rows
+    from planner.studies.sweep import read_rows
 
     local = run_study(load_study(study), tmp_path / "local")
     for name, finished in joined.items():
@@ -168,9 +168,9 @@ def test_a_port_that_is_not_ray_is_refused_after_the_stated_wait(
     silent_port: int,
 ) -> None:
     """Ray retries such a port for minutes; the join is given JOIN_TIMEOUT_S (here 4 s)."""
-    import planner.ray_backend
+    import planner.studies.ray_backend
 
-    monkeypatch.setattr(planner.ray_backend, "JOIN_TIMEOUT_S", 4.0)
+    monkeypatch.setattr(planner.studies.ray_backend, "JOIN_TIMEOUT_S", 4.0)
     err = _sweep_error(tmp_path, capsys, f"127.0.0.1:{silent_port}")
     assert "no Ray cluster answered within 4 s" in err
     assert f"tried 127.0.0.1:{silent_port}" in err
@@ -187,9 +187,9 @@ def test_auto_with_a_stale_cluster_file_says_what_it_tried(
     """``--address auto`` reads the address of the last `ray start` (RAY_TMPDIR/ray/
     ray_current_cluster): a head that is gone, or a port that is no longer Ray's, is one line
     naming that address."""
-    import planner.ray_backend
+    import planner.studies.ray_backend
 
-    monkeypatch.setattr(planner.ray_backend, "JOIN_TIMEOUT_S", 4.0)
+    monkeypatch.setattr(planner.studies.ray_backend, "JOIN_TIMEOUT_S", 4.0)
     port = silent_port if listening else _free_port()
     (tmp_path / "ray").mkdir()
     (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
@@ -236,7 +236,7 @@ def test_cli_ray_sweep_starts_a_local_instance_and_equals_local_rows(
     assert "8 scenarios" in out and "tiny on ray: 8/8 scenarios" in out
     assert not ray.is_initialized()  # the instance it started is gone
     assert main([*args, "--out", str(tmp_path / "local")]) == 0
-    from planner.sweep import read_rows
+    from planner.studies.sweep import read_rows
 
     assert key(read_rows(tmp_path / "ray")) == key(read_rows(tmp_path / "local"))
 
@@ -265,8 +265,8 @@ def test_a_node_with_another_planner_version_is_refused(
 def test_workers_get_the_users_spec_files_from_the_driver(tmp_path: Path) -> None:
     """A worker answers a system and a stack given as paths it cannot read (another machine)
     with the specs the driver read: the same row as with the files."""
-    from planner.ray_backend import _remote_scenario
-    from planner.sweep import run_scenario, spec_files
+    from planner.studies.ray_backend import _remote_scenario
+    from planner.studies.sweep import run_scenario, spec_files
 
     system = tmp_path / "my-system.yaml"
     system.write_text(yaml.safe_dump({"name": "mine", "aliases": [], **_system_fields()}))

@@ -9,23 +9,28 @@ import pytest
 import yaml
 
 import hardware_catalog
-from planner.api import evaluate
-from planner.calibration import BOUNDS, PARAMETERS, apply_params, fit, transferred_gemm_efficiency
-from planner.cli import main
-from planner.errors import InputError
-from planner.specs import JobSpec, Strategy
-from planner.validation import (
+from planner.accuracy.calibration import (
+    BOUNDS,
+    PARAMETERS,
+    apply_params,
+    fit,
+    transferred_gemm_efficiency,
+)
+from planner.accuracy.cross_validation import CrossValidation, cross_validate
+from planner.accuracy.validation import (
     BUNDLED_DATASET,
-    CrossValidation,
     Dataset,
     MeasuredRun,
-    cross_validate,
     load_dataset,
     predict_step_s,
     resolve,
     source_of,
     validate,
 )
+from planner.cli import main
+from planner.errors import InputError
+from planner.queries.evaluate import evaluate
+from planner.specs import JobSpec, Strategy
 
 KORTHIKANTI_MEAN, KORTHIKANTI_WORST, ALL_MEAN = 0.04, 0.09, 0.08
 """Issue #6's bar: the best analytical peer reports 3.65 % mean / 8.87 % worst on these runs."""
@@ -204,9 +209,11 @@ def test_cross_validate_command(
 ) -> None:
     """The command's table and JSON (of the module's cross-validation: computing it is the test
     above's, printing it this one's)."""
-    import planner.validation
+    import planner.accuracy.validation
 
-    monkeypatch.setattr(planner.validation, "cross_validate", lambda dataset, **_: cross_validated)
+    monkeypatch.setattr(
+        planner.accuracy.cross_validation, "cross_validate", lambda dataset, **_: cross_validated
+    )
     assert main(["validate", "--cross-validate"]) == 0
     out = capsys.readouterr().out
     assert "leave one source out" in out and "llm-foundry-a100" in out
@@ -245,7 +252,7 @@ def test_runs_of_one_problem_are_evaluated_together_and_alike() -> None:
     """Calibration evaluates the runs that share a model, system and job as one array of
     strategies: the same errors as each run evaluated alone, and one cost-model call per
     distinct problem however many runs repeat it."""
-    from planner.calibration import _Problem, prior_profile
+    from planner.accuracy.calibration import _Problem, prior_profile
 
     runs = [run for run in load_dataset().runs if run.job.stack == "megatron-core"]
     stack = prior_profile(hardware_catalog.load_stack("megatron-core"))

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 import hardware_catalog
-from planner.plan import plan
+from planner import plan
 from planner.specs import JobSpec, StackProfile, SystemSpec
 
 POSTER_SYSTEM, PLANNER_SYSTEM = "h100-offload-512g-poster", "h100-offload-512g"

@@ -530,7 +530,7 @@ def stage_present(pp: ArrayLike, stage: str) -> np.ndarray:
 
 def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     """Evaluate the cost model on (arrays of) strategies. No validity checks here: callers pass
-    strategies that satisfy the rules (planner.rules).
+    strategies that satisfy the rules (planner.space.rules).
 
     With uneven stages every per-micro-batch term is the slowest stage's: T = max(first·U,
     middle·U, last·U + head) + PP messages; DP exposure and the optimizer step are the worst

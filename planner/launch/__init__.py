@@ -67,8 +67,8 @@ def _read_back_note(
 ) -> str | None:
     """What ``config`` reads back as where its step time differs from ``strategy``'s, else
     None (also for a strategy that breaks a rule: nothing to compare): the same cost model
-    evaluates both (planner.api.evaluate)."""
-    from planner.api import evaluate
+    evaluates both (planner.queries.evaluate.evaluate)."""
+    from planner.queries.evaluate import evaluate
 
     try:
         ours = evaluate(model, system, job, strategy).step_time_s

@@ -18,9 +18,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import hardware_catalog
-from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
-from planner.quantities import OFFLOAD_STEPS
 from planner.specs import (
     MODEL_NAMING_FIELDS,
     OFFLOAD_KINDS,
@@ -30,6 +28,8 @@ from planner.specs import (
     Strategy,
     SystemSpec,
 )
+from planner.specs import limits as lim
+from planner.specs.quantities import OFFLOAD_STEPS
 
 NOT_SHAPE_FIELDS = (*MODEL_NAMING_FIELDS, "seq_len")
 SHAPE_FIELDS = tuple(name for name in ModelSpec.model_fields if name not in NOT_SHAPE_FIELDS)
@@ -115,7 +115,7 @@ def positive(where: str, value: int | None) -> int | None:
 
 
 def in_range(where: str, value: Number, low: float, high: float) -> Number:
-    """``value`` unchanged when absent or in [``low``, ``high``] (planner.limits' physical
+    """``value`` unchanged when absent or in [``low``, ``high``] (planner.specs.limits' physical
     bounds); else an InputError naming ``where``, the value and the range. Readers bound a count
     before they build anything its size (a list of pp stages, a pattern of layers)."""
     if value is not None:
@@ -128,7 +128,7 @@ def in_range(where: str, value: Number, low: float, high: float) -> Number:
 
 def bounded_whole(where: str, value: int) -> int:
     """``value`` unchanged when it fits in 64 bits (the largest count any field allows is far
-    smaller; planner.limits); else an InputError naming ``where`` with the value cut short."""
+    smaller; planner.specs.limits); else an InputError naming ``where`` with the value cut short."""
     if abs(value) > MAX_WHOLE:
         raise InputError(f"{where} = {shown(value)}: too large (at most {MAX_WHOLE:,})")
     return value

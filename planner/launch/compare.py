@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.estimate import Estimate
+from planner.cost.estimate import Estimate
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 LABELS = {"micro_batch": "micro-batch", "sequence_parallel": "sequence-parallel"}
@@ -53,7 +53,7 @@ def compare(
 ) -> Comparison:
     """Plan the same job on ``strategy.gpus`` GPUs and compare it with ``strategy``, within
     plan's default work limit (and ``time_limit_s`` wall-clock seconds, if set)."""
-    from planner.plan import plan
+    from planner.queries.plan import plan
 
     result = plan(model, system, job, strategy.gpus, time_limit_s=time_limit_s, diagnose=False)
     yours = {

@@ -71,7 +71,6 @@ from __future__ import annotations
 import re
 import shlex
 
-from planner import limits as lim
 from planner.errors import InputError
 from planner.launch.common import (
     EXPERT_COUNTS,
@@ -91,6 +90,7 @@ from planner.launch.common import (
     shown,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import limits as lim
 
 FORMAT = "megatron"
 VERSION = "Megatron-LM main @ d98e8a64dd (2026-08-22)"

@@ -6,8 +6,8 @@ which, from the framework's own semantics, and its ``restriction`` gives them). 
 space is the union of a few *parts*, each the plan's space under extra pins (e.g. torchtitan:
 ZeRO-2, ZeRO-3, or DDP without TP/CP/PP). The unrestricted plan is solved first: where it is
 infeasible so is every part (its diagnosis stands), and where its proven optimum lies inside
-the restriction that is the answer. Otherwise every part is solved by planner.plan and the best
-answer wins. The optimum over the union is proven when every part's is (a part cut short by its
+the restriction that is the answer. Otherwise every part is solved by planner.queries.plan and the
+best answer wins. The optimum over the union is proven when every part's is (a part cut short by its
 limit makes the answer ``feasible``, never ``optimal``), and each value left out is stated in
 ``solver.caps`` (table and --json), prefixed ``--emit FORMAT:``.
 
@@ -22,16 +22,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from planner.api import evaluate
-from planner.diagnosis import Conflict, Diagnosis, Relaxation
 from planner.errors import InputError
 from planner.launch.common import LaunchConfig, Pins, Restriction
-from planner.plan import Alternative, Plan, SolverReport, plan
+from planner.queries.diagnosis import Conflict, Diagnosis, Relaxation
+from planner.queries.evaluate import evaluate
+from planner.queries.plan import Alternative, Plan, SolverReport, plan
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 LIMITS = ("time_limit_s", "work_limit")
-"""planner.plan's limits: the unrestricted plan and each part get an equal share, so that the
-whole search keeps to them."""
+"""planner.queries.plan's limits: the unrestricted plan and each part get an equal share, so that
+the whole search keeps to them."""
 
 
 def plan_for(
@@ -44,12 +44,12 @@ def plan_for(
     diagnose: bool | str = True,
     **options: Any,
 ) -> Plan:
-    """planner.plan restricted to what ``fmt`` can run (``module.restriction``), the
+    """planner.queries.plan restricted to what ``fmt`` can run (``module.restriction``), the
     restriction in ``solver.caps``, the strategy as the configuration reads back. The
     unrestricted plan first: infeasible, nothing the format runs fits either (its diagnosis
     stands); proven optimal and inside the restriction (with top = 1), it is the answer (the
     optimum of a space inside which it lies). Else the best of the parts. ``options`` go to
-    planner.plan (limits, --top, the target); its limits are shared by the solves."""
+    planner.queries.plan (limits, --top, the target); its limits are shared by the solves."""
     from planner import launch
 
     started = time.perf_counter()

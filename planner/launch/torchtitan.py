@@ -49,7 +49,6 @@ import tomllib
 from typing import Any
 
 import hardware_catalog
-from planner import limits as lim
 from planner.errors import InputError
 from planner.launch.common import (
     NO_OFFLOAD,
@@ -64,6 +63,7 @@ from planner.launch.common import (
     shown,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import limits as lim
 
 FORMAT = "torchtitan"
 VERSION = "torchtitan v0.2.2 @ 73a0e6979 (2026-02-20)"

@@ -2,7 +2,7 @@
 
 The solver's answer is decoded, evaluated again with the cost model (the reported estimate is
 always the cost model's), and checked against the solver's objective. ``top`` > 1 ranks the K
-best distinct step times (or structures, or strategies) with planner.ranking.
+best distinct step times (or structures, or strategies) with planner.queries.ranking.
 """
 
 from __future__ import annotations
@@ -17,19 +17,15 @@ from pydantic import BaseModel
 from constraints import build_plan_model
 from constraints.tables import TIME_CEILING_IDEAL_STEPS
 from constraints.target import PerformanceTarget
-from planner import limits as lim
-from planner.api import as_model, as_system
 from planner.cost.context import CostContext
+from planner.cost.estimate import Estimate, build_estimate
 from planner.cost.step import Knobs, evaluate_terms
-from planner.diagnosis import Diagnosis, pin_conflicts
-from planner.diagnosis import diagnose as run_diagnosis
 from planner.errors import InputError, InternalError
-from planner.estimate import Estimate, build_estimate
-from planner.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
-from planner.ranking import Rank, RankBy, rank
-from planner.rules import strategy_warnings
-from planner.search_space import SearchSpace, build_search_space, stated_caps
-from planner.solving import (
+from planner.queries.diagnosis import Diagnosis, pin_conflicts
+from planner.queries.diagnosis import diagnose as run_diagnosis
+from planner.queries.evaluate import as_model, as_system
+from planner.queries.ranking import Rank, RankBy, rank
+from planner.queries.solving import (
     DEFAULT_WORKERS,
     SOLVED,
     Budget,
@@ -39,7 +35,11 @@ from planner.solving import (
     expert_parts,
     solve_parts,
 )
+from planner.space.rules import strategy_warnings
+from planner.space.search_space import SearchSpace, build_search_space, stated_caps
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import limits as lim
+from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 
@@ -68,7 +68,8 @@ class SolverReport(BaseModel):
     gap: float | None
     models: int = 1
     """CP-SAT models solved: one per expert-parallel size where the space holds several
-    (planner.solving.expert_parts), each after the first required to beat the best so far."""
+    (planner.queries.solving.expert_parts), each after the first required to beat the best so
+    far."""
     parts: int = 1
     """The models the space splits into (more than ``models`` when the time ran out first)."""
     variables: int
@@ -81,7 +82,7 @@ class SolverReport(BaseModel):
 
 
 class Variant(BaseModel):
-    """A strategy tied with its rank's representative (planner.ranking.TIE_TOLERANCE)."""
+    """A strategy tied with its rank's representative (planner.queries.ranking.TIE_TOLERANCE)."""
 
     strategy: Strategy
     step_time_s: float
@@ -133,14 +134,14 @@ def plan(
 ) -> Plan:
     """The best strategy for ``model`` on ``gpus`` GPUs of ``system``, proven optimal unless a
     limit cut the proof short (status ``feasible``, ``solver.stopped_by`` naming the limit):
-    ``work_limit`` deterministic work units (planner.limits.DEFAULT_WORK_UNITS; None: none) and, if
-    set, ``time_limit_s`` wall-clock seconds, whichever runs out first, shared by every solve
-    of the query (the ranks and the diagnosis included). With ``top`` = K, also the K best
-    ranks (``alternatives``, the best first; K ≤ planner.limits.MAX_TOP): distinct step times
-    with their tied variants by default, or distinct structures or strategies (``rank_by``,
-    planner.ranking). When nothing fits, ``diagnose`` explains why (planner.diagnosis;
-    ``diagnose="conflict"`` names the conflict without searching for fixes). ``target`` (a
-    step-time or MFU bound) is one more constraint family.
+    ``work_limit`` deterministic work units (planner.specs.limits.DEFAULT_WORK_UNITS; None:
+    none) and, if set, ``time_limit_s`` wall-clock seconds, whichever runs out first, shared by
+    every solve of the query (the ranks and the diagnosis included). With ``top`` = K, also the
+    K best ranks (``alternatives``, the best first; K ≤ planner.specs.limits.MAX_TOP): distinct
+    step times with their tied variants by default, or distinct structures or strategies
+    (``rank_by``, planner.queries.ranking). When nothing fits, ``diagnose`` explains why
+    (planner.queries.diagnosis; ``diagnose="conflict"`` names the conflict without searching
+    for fixes). ``target`` (a step-time or MFU bound) is one more constraint family.
 
     The space searched: micro-batches dividing the global batch up to ``max_micro_batch``,
     interleaves up to ``max_interleave`` (None: every divisor of the blocks per stage), context

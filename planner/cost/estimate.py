@@ -63,7 +63,7 @@ def _most_loaded(terms: StepTerms, load) -> tuple[str, StageMemory]:
 
 def _check_finite(terms: StepTerms) -> None:
     """An input error unless the step time and every term of it is a finite positive number of
-    seconds: the specs' ranges (planner.limits) keep every input where the cost model's
+    seconds: the specs' ranges (planner.specs.limits) keep every input where the cost model's
     arithmetic is finite, so this only guards a combination the ranges did not foresee."""
     parts = {"step time": terms.step_time_s, **terms.breakdown()}
     for name, value in parts.items():

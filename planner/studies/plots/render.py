@@ -1,4 +1,4 @@
-"""Drawing a chart (planner.plots.charts) with matplotlib: panels on a grid sized to their
+"""Drawing a chart (planner.studies.plots.charts) with matplotlib: panels on a grid sized to their
 content, stacked bars or lines, reference lines, one legend for the figure (series share their
 colour across panels), the chart's title on top."""
 
@@ -8,7 +8,7 @@ import io
 import math
 from typing import Any
 
-from planner.plots.charts import Chart, Panel
+from planner.studies.plots.charts import Chart, Panel
 
 BAR_WIDTH_IN = 0.42
 """Figure width per bar: every row gets a readable bar, however many there are."""

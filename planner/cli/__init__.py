@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from planner import limits as lim
 from planner.errors import InputError
-from planner.quantities import (
+from planner.specs import limits as lim
+from planner.specs.quantities import (
     CALIBRATED_PARAMETERS,
     DEFAULT_MAX_STAGE_SKEW,
     DEFAULT_OFFLOAD_STEP,
@@ -92,7 +92,7 @@ def _expand_stage_layers(parts: tuple[str, ...] | None, pp: int) -> tuple[int, .
 
 
 def _whole(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number in [low, high] (planner.limits states the ranges)."""
+    """An argparse type: a whole number in [low, high] (planner.specs.limits states the ranges)."""
 
     def parse(text: str) -> int:
         try:
@@ -195,7 +195,7 @@ def _add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False
 
 
 def _add_hardware_args(parser: argparse.ArgumentParser) -> None:
-    """The hardware quantities a run may override (planner.hardware), per GPU."""
+    """The hardware quantities a run may override (planner.specs.hardware), per GPU."""
     group = parser.add_argument_group(
         "hardware overrides", "replace the system file's numbers (per GPU, per direction)"
     )
@@ -230,14 +230,14 @@ def _add_hardware_args(parser: argparse.ArgumentParser) -> None:
 
 def _system(args: argparse.Namespace) -> SystemSpec:
     """--system with the hardware overrides the command line gives."""
-    from planner.api import as_system
-    from planner.hardware import override_system
+    from planner.queries.evaluate import as_system
+    from planner.specs.hardware import override_system
 
     return override_system(as_system(args.system), vars(args))
 
 
 def _overrides_payload(args: argparse.Namespace) -> dict[str, float]:
-    from planner.hardware import overrides_from
+    from planner.specs.hardware import overrides_from
 
     return overrides_from(vars(args)).given()
 
@@ -668,7 +668,7 @@ def _finite(value: object) -> object:
 
 def run_catalog(args: argparse.Namespace, console: Console) -> int:
     import hardware_catalog
-    from planner import report
+    from planner.cli import report
 
     catalog = hardware_catalog
     listings = {
@@ -736,7 +736,7 @@ def _strategy_defaults() -> dict[str, object]:
 def _read_config(args: argparse.Namespace, system: SystemSpec) -> LaunchConfig:
     """evaluate --from FORMAT PATH: the configuration read; strategy flags may not be mixed in."""
     from planner import launch
-    from planner.api import as_model
+    from planner.queries.evaluate import as_model
 
     fmt, path = args.from_config
     if fmt not in launch.FORMATS:
@@ -771,8 +771,8 @@ def _launch_payload(config: LaunchConfig) -> dict[str, object]:
 
 
 def run_evaluate(args: argparse.Namespace, console: Console) -> int:
-    from planner import report
-    from planner.api import as_model, evaluate
+    from planner.cli import report
+    from planner.queries.evaluate import as_model, evaluate
 
     system = _system(args)
     config = _read_config(args, system) if args.from_config else None
@@ -841,10 +841,10 @@ def _work_limit(args: argparse.Namespace) -> float | None:
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     from constraints.target import PerformanceTarget
-    from planner import report
-    from planner.api import as_model
-    from planner.plan import plan
-    from planner.search_space import parse_pin
+    from planner.cli import report
+    from planner.queries.evaluate import as_model
+    from planner.queries.plan import plan
+    from planner.space.search_space import parse_pin
 
     model, system = as_model(args.model), _system(args)
     job = _job(args)
@@ -932,10 +932,10 @@ def _left(limit: float | None, spent: float) -> float | None:
 
 
 def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
-    from planner import report
-    from planner.api import as_model
-    from planner.min_hardware import min_hardware, pareto
-    from planner.search_space import parse_pin
+    from planner.cli import report
+    from planner.queries.evaluate import as_model
+    from planner.queries.min_hardware import min_hardware, pareto
+    from planner.space.search_space import parse_pin
 
     model, system = as_model(args.model), _system(args)
     job = _job(args)
@@ -1019,7 +1019,7 @@ def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
 def run_sweep(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
-    from planner.sweep import load_study, run_study
+    from planner.studies.sweep import load_study, run_study
 
     study = load_study(args.study)
     if args.diagnose:
@@ -1071,7 +1071,7 @@ def _sweep_progress(console: Console, name: str) -> Iterator[Callable[[int, int]
         return
     import time
 
-    from planner.sweep import eta_line
+    from planner.studies.sweep import eta_line
 
     started = time.perf_counter()
     first: list[int] = []
@@ -1093,7 +1093,7 @@ def _sweep_progress(console: Console, name: str) -> Iterator[Callable[[int, int]
 def run_plot(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
-    from planner.plots import plot
+    from planner.studies.plots import plot
 
     path = plot(
         Path(args.results),
@@ -1108,8 +1108,9 @@ def run_plot(args: argparse.Namespace, console: Console) -> int:
 
 
 def run_validate(args: argparse.Namespace, console: Console) -> int:
-    from planner import report
-    from planner.validation import cross_validate, load_dataset, validate
+    from planner.accuracy.cross_validation import cross_validate
+    from planner.accuracy.validation import load_dataset, validate
+    from planner.cli import report
 
     dataset = load_dataset(args.dataset)
     if args.cross_validate:
@@ -1150,15 +1151,15 @@ def run_calibrate(args: argparse.Namespace, console: Console) -> int:
     import yaml
 
     import hardware_catalog
-    from planner import report
-    from planner.calibration import (
+    from planner.accuracy.calibration import (
         apply_params,
         current_params,
         default_free,
         fit,
         runs_of_stack,
     )
-    from planner.validation import load_dataset, validate
+    from planner.accuracy.validation import load_dataset, validate
+    from planner.cli import report
 
     dataset = load_dataset(args.dataset)
     stack = hardware_catalog.load_stack(args.stack)
@@ -1222,13 +1223,13 @@ SOLVING_COMMANDS = frozenset({"plan", "min-hardware", "sweep"})
 
 def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     """Run one command; its exit code. ``own_process``: the caller is the console script, so
-    the solving commands import CP-SAT without pandas (planner.cpsat_import)."""
+    the solving commands import CP-SAT without pandas (planner.cli.cpsat_import)."""
     from pydantic import ValidationError
 
     try:
         args = build_parser().parse_args(argv)
         if own_process and args.command in SOLVING_COMMANDS:
-            from planner.cpsat_import import import_cp_model_without_pandas
+            from planner.cli.cpsat_import import import_cp_model_without_pandas
 
             import_cp_model_without_pandas()
         from rich.console import Console  # after parsing: `--help` and usage errors skip it
@@ -1278,7 +1279,7 @@ def run() -> NoReturn:
     numpy, rich, OR-Tools), and each early collection re-traverses them (plan: ~15 ms).
 
     The process is the console script's own, so solving commands import CP-SAT without pandas
-    (main's ``own_process``; planner.cpsat_import)."""
+    (main's ``own_process``; planner.cli.cpsat_import)."""
     gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
     code = main(own_process=True)
     gc.freeze()

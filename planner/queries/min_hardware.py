@@ -38,20 +38,20 @@ from pydantic import BaseModel
 from constraints import build_plan_model
 from constraints.tables import FLOOR_MARGIN, with_bandwidth
 from constraints.target import PerformanceTarget
-from planner import limits as lim
-from planner.api import as_model, as_system, evaluate
 from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.estimate import Estimate
 from planner.cost.flops import model_flops_per_step
 from planner.cost.memory import memory_floor_gpus
-from planner.diagnosis import Diagnosis
 from planner.errors import InputError
-from planner.estimate import Estimate
-from planner.plan import Plan, check_limits, plan
-from planner.quantities import DEFAULT_MAX_STAGE_SKEW, QUANTITIES
-from planner.search_space import SearchSpace, build_search_space, stage_layouts
-from planner.solving import SOLVED, Budget, StoppedBy, decode, solve_within
+from planner.queries.diagnosis import Diagnosis
+from planner.queries.evaluate import as_model, as_system, evaluate
+from planner.queries.plan import Plan, check_limits, plan
+from planner.queries.solving import SOLVED, Budget, StoppedBy, decode, solve_within
+from planner.space.search_space import SearchSpace, build_search_space, stage_layouts
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import limits as lim
+from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW, QUANTITIES
 
 Quantity = Literal[
     "gpus", "hbm", "offload-capacity", "offload-bandwidth", "scale-out-bandwidth", "cost"

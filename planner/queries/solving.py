@@ -13,9 +13,9 @@ from ortools.sat.python import cp_model
 
 from constraints import PlanModel
 from planner.errors import InternalError
-from planner.limits import DEFAULT_WORK_UNITS
-from planner.search_space import SearchSpace, strategy_from_values
+from planner.space.search_space import SearchSpace, strategy_from_values
 from planner.specs import Strategy
+from planner.specs.limits import DEFAULT_WORK_UNITS
 
 DEFAULT_WORKERS = 1
 DEFAULT_SEED = 0
@@ -379,8 +379,8 @@ def _run(
         parameters.search_branching = cp_model.SatParameters.PARTIAL_FIXED_SEARCH
     status = solver.Solve(built.model)
     if status == cp_model.MODEL_INVALID:
-        # Input ranges (planner.limits) keep every coefficient inside 64 bits; reaching this is
-        # a bug, reported as one line rather than as a silent "unknown".
+        # Input ranges (planner.specs.limits) keep every coefficient inside 64 bits; reaching this
+        # is a bug, reported as one line rather than as a silent "unknown".
         raise InternalError(f"the CP-SAT model is invalid: {built.model.Validate()}")
     budget.charge(solver.deterministic_time)
     timed_out = seconds_left is not None and solver.wall_time >= seconds_left

@@ -31,8 +31,8 @@ from ortools.sat.python import cp_model
 
 from constraints import PlanModel
 from planner.cost.step import Knobs
-from planner.search_space import KNOBS
-from planner.solving import SOLVED, Budget, decode, solve_within
+from planner.queries.solving import SOLVED, Budget, decode, solve_within
+from planner.space.search_space import KNOBS
 from planner.specs import Strategy
 
 RankBy = Literal["step", "structure", "strategy"]

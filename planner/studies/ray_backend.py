@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import planner
 from planner.errors import InputError
-from planner.sweep import Rows, SpecFiles, Study, preload_files, run_scenario, spec_files
+from planner.studies.sweep import Rows, SpecFiles, Study, preload_files, run_scenario, spec_files
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -174,10 +174,10 @@ def _tcp_refusal(host: str, port: int) -> str:
 
 
 def _probe_join(address: str) -> None:
-    """Join ``address`` in a child process (``python -m planner.ray_backend ADDRESS``, which
+    """Join ``address`` in a child process (``python -m planner.studies.ray_backend ADDRESS``, which
     prints the address Ray resolved, then joins and leaves), killed after JOIN_TIMEOUT_S; a
     failure or a timeout is one line saying what was tried."""
-    command = [sys.executable, "-m", "planner.ray_backend", address]
+    command = [sys.executable, "-m", "planner.studies.ray_backend", address]
     try:
         probe = subprocess.run(
             command, capture_output=True, text=True, timeout=JOIN_TIMEOUT_S, check=False

@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 import hardware_catalog
+from planner.accuracy.validation import Dataset, MeasuredRun, resolve
 from planner.cost.context import CostContext
 from planner.cost.step import Knobs, evaluate_terms
 from planner.errors import InputError
-from planner.quantities import CALIBRATED_PARAMETERS as PARAMETERS
 from planner.specs import JobSpec, ModelSpec, StackProfile, SystemSpec
-from planner.validation import Dataset, MeasuredRun, resolve
+from planner.specs.quantities import CALIBRATED_PARAMETERS as PARAMETERS
 
 Progress = Callable[[str], None]
 """Hears one line at a time of a long computation's progress."""

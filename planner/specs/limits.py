@@ -93,7 +93,7 @@ MAX_WORK_UNITS = 86400.0
 DEFAULT_WORK_UNITS = 60.0
 """Default work budget of one query (a plan with its ``--top`` ranks; a plan's diagnosis
 shares what is left of it), in CP-SAT deterministic time units, charged per CP-SAT run
-(planner.solving.Budget). A work limit stops a search at the same point on any machine under
+(planner.queries.solving.Budget). A work limit stops a search at the same point on any machine under
 any load, so the same input gives the same answer; the wall clock limits a search only where
 the user sets one. A unit is roughly a second of search on one core at rest, but CP-SAT does
 not count loading a model (the diagnosis's free-GPU-count model over mt-128t: 0.3 units of

@@ -1,6 +1,6 @@
 """What each plot shows, as data: a chart of panels holding bars or lines, built from a sweep's
-rows without drawing anything (planner.plots.render draws it), so the tests check the content —
-one bar per row, every row present, labels unique — rather than pixels.
+rows without drawing anything (planner.studies.plots.render draws it), so the tests check the
+content — one bar per row, every row present, labels unique — rather than pixels.
 
 Labels name only what varies: the keys of a row that take more than one value across the
 study (model, system, GPU count, global batch, job fields, model-shape and hardware overrides)
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import InputError
-from planner.hardware import OVERRIDE_LABELS, describe_override
-from planner.sweep import HARDWARE_AXES, JOB_AXES, Study, scenario_model
+from planner.specs.hardware import OVERRIDE_LABELS, describe_override
+from planner.studies.sweep import HARDWARE_AXES, JOB_AXES, Study, scenario_model
 
 TIME_TERMS = (
     "forward",

@@ -1,8 +1,8 @@
 """The search space of a planning problem: each knob's domain, and which strategies count.
 
 The CP-SAT model (constraints/) takes its domains from here. The brute-force oracle
-(planner.oracle) builds its own, the raw product of knob values inside the same stated caps, so
-that every reduction made here is checked against a space that does not make it.
+(planner.space.oracle) builds its own, the raw product of knob values inside the same stated caps,
+so that every reduction made here is checked against a space that does not make it.
 
 Domains come from the problem: tp, cp and pp range over the divisors of the GPU count (pp at
 most the layer count; cp splitting the sequence into 2·cp equal chunks, up to ``max_cp``), the
@@ -25,15 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import hardware_catalog
-from planner import limits as lim
 from planner.errors import InputError
-from planner.quantities import (
-    DEFAULT_MAX_STAGE_SKEW,
-    DEFAULT_OFFLOAD_STEP,
-    MIN_CP_CHUNK_TOKENS,
-    parse_eighths,
-)
-from planner.rules import cp_allowed, cp_values, divisors
+from planner.space.rules import cp_allowed, cp_values, divisors
 from planner.specs import (
     OFFLOAD_KINDS,
     OFFLOAD_STEPS,
@@ -46,6 +39,13 @@ from planner.specs import (
     offload_code,
     offload_eighths,
     offload_tier,
+)
+from planner.specs import limits as lim
+from planner.specs.quantities import (
+    DEFAULT_MAX_STAGE_SKEW,
+    DEFAULT_OFFLOAD_STEP,
+    MIN_CP_CHUNK_TOKENS,
+    parse_eighths,
 )
 
 KNOBS = (
@@ -91,7 +91,7 @@ PIN_LIMITS = {
     "offload_activations": lim.MAX_MEMORY_TIERS - 1,
     "offload_optimizer": lim.MAX_MEMORY_TIERS - 1,
 }
-"""The largest value a whole-number pin may take (planner.limits)."""
+"""The largest value a whole-number pin may take (planner.specs.limits)."""
 
 
 @dataclass(frozen=True)
@@ -401,8 +401,8 @@ def _keep_allowed(values: tuple[int, ...], allowed, prune: bool) -> tuple[int, .
 
 def _uneven_first_example(layers: int, pp_values: list[int]) -> str | None:
     """A layout the rules allow that the space leaves out, a first stage lighter than the
-    middle ones (planner.rules: the first and last stage free, the middle ones equal), as text;
-    None when no pp of three or more stages has one."""
+    middle ones (planner.space.rules: the first and last stage free, the middle ones equal), as
+    text; None when no pp of three or more stages has one."""
     for pp in pp_values:
         if pp < 3 or pp > layers:
             continue

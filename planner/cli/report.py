@@ -13,7 +13,7 @@ from rich.text import Text
 from planner.specs import ModelSpec, StackProfile, Strategy, SystemSpec
 
 if TYPE_CHECKING:
-    from planner.estimate import Estimate
+    from planner.cost.estimate import Estimate
     from planner.launch import LaunchConfig
 
 BREAKDOWN_LABELS = {

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planner import limits as lim
 from planner.errors import InputError
 from planner.specs import MemoryTierSpec, SystemSpec
+from planner.specs import limits as lim
 
 OVERRIDE_LABELS = {
     "hbm_gib": ("HBM", "GiB"),

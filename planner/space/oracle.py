@@ -1,13 +1,13 @@
 """The brute-force oracle: every strategy of the raw product of knob values, evaluated by the
-vectorised cost model, filtered by the validity rules (planner.rules) and the memory limits only,
-ranked by step time.
+vectorised cost model, filtered by the validity rules (planner.space.rules) and the memory limits
+only, ranked by step time.
 
 It is the reference the CP-SAT planner is tested against and the baseline of the latency
 benchmark; it is exponential in the number of knobs, so only small problems finish quickly.
 
-Its space (``raw_space``) is built here, not by planner.search_space: the solver's space drops
-values that have no effect (planner.search_space, constraints.structure.add_canonical) or that a
-rule forbids, and an oracle that shared those reductions could not check them (issue 40: a cut
+Its space (``raw_space``) is built here, not by planner.space.search_space: the solver's space drops
+values that have no effect (planner.space.search_space, constraints.structure.add_canonical) or that
+a rule forbids, and an oracle that shared those reductions could not check them (issue 40: a cut
 that fixed ZeRO at stage 0 whenever dp = 1 hid plans up to 4.4× faster from both). The raw space
 keeps only the stated caps of the searched space (search_space.stated_caps: micro-batch,
 interleave, cp, stage skew, offload share steps), which the solver reports with its answer.
@@ -24,9 +24,8 @@ import numpy as np
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
 from planner.cost.step import Knobs, StepTerms, evaluate_terms
-from planner.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
-from planner.rules import divisors
-from planner.search_space import (
+from planner.space.rules import divisors
+from planner.space.search_space import (
     KNOBS,
     SearchSpace,
     default_max_cp,
@@ -44,6 +43,7 @@ from planner.specs import (
     Strategy,
     SystemSpec,
 )
+from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
 
 STRUCTURAL_KNOBS = ("cp", "ep", "expert_tp", "micro_batch", "interleave", "placement")
 """The knobs besides tp and the layout that the structural rules read (structure_mask)."""
@@ -70,7 +70,7 @@ def raw_space(
     offload_step: int = DEFAULT_OFFLOAD_STEP,
 ) -> SearchSpace:
     """The raw product of knob values on ``gpus`` GPUs inside the stated caps (the same keyword
-    arguments as planner.plan): every divisor of the GPU count for tp, cp and pp, every
+    arguments as planner.queries.plan): every divisor of the GPU count for tp, cp and pp, every
     recompute mode (selective too under flash attention), both values of every switch (the
     overlaps even where the stack has none), both rank orders, every ZeRO stage, every
     offload share in steps of ``offload_step`` eighths in every tier, partial recompute of up to
@@ -121,9 +121,9 @@ def raw_space(
 
 
 def structure_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
-    """The rules of planner.rules (strategy_violations) on the structural knobs (STRUCTURAL_KNOBS
-    with tp and the layout), vectorised: the factorization, the batch, the splits of the heads
-    and the sequence, interleaving, the rank order and the expert layout."""
+    """The rules of planner.space.rules (strategy_violations) on the structural knobs
+    (STRUCTURAL_KNOBS with tp and the layout), vectorised: the factorization, the batch, the
+    splits of the heads and the sequence, interleaving, the rank order and the expert layout."""
     m, job = ctx.model, ctx.job
     t, c, p = k["tp"], k["cp"], k["pp"]
     d = space.gpus // (t * c * p)
@@ -170,7 +170,7 @@ def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) 
 
 
 def valid_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
-    """Every rule of planner.rules (strategy_violations), vectorised, and the user's pins."""
+    """Every rule of planner.space.rules (strategy_violations), vectorised, and the user's pins."""
     return structure_mask(ctx, space, k) & switch_mask(ctx, space, k)
 
 

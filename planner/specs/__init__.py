@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from planner import limits as lim
-from planner.quantities import OFFLOAD_STEPS, is_eighths
+from planner.specs import limits as lim
+from planner.specs.quantities import OFFLOAD_STEPS, is_eighths
 
 FfnKind = Literal["gelu", "swiglu"]
 Precision = Literal["bf16", "fp8"]

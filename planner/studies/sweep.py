@@ -23,7 +23,7 @@ Study file (YAML or JSON)::
       stack: megatron-core
     model_overrides:             # optional ModelSpec shape fields
       heads: [160, 320]
-    hardware:                    # optional planner.hardware overrides
+    hardware:                    # optional planner.specs.hardware overrides
       hbm_gib: [80, 120]
       offload_gib: 512
       offload_gbps: [25, 50, 100, 200]
@@ -49,14 +49,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import hardware_catalog
-from planner import limits as lim
 from planner.errors import InputError, describe_validation_error
-from planner.hardware import HardwareOverrides, override_system
-from planner.quantities import QUANTITIES, SWEEP_BACKENDS
 from planner.specs import MODEL_NAMING_FIELDS, JobSpec, ModelSpec
+from planner.specs import limits as lim
+from planner.specs.hardware import HardwareOverrides, override_system
+from planner.specs.quantities import QUANTITIES, SWEEP_BACKENDS
 
 HARDWARE_AXES = tuple(HardwareOverrides.model_fields)
-"""The hardware quantities a study may vary (planner.hardware)."""
+"""The hardware quantities a study may vary (planner.specs.hardware)."""
 
 STUDY_FILE = "study.json"
 """The study as run, written next to its rows (plots title themselves with it)."""
@@ -380,8 +380,8 @@ def _solve_scenario(
     study: Study, scenario: dict[str, Any], row: dict[str, Any], started: float
 ) -> dict[str, Any]:
     from constraints.target import PerformanceTarget
-    from planner.min_hardware import min_hardware
-    from planner.plan import plan
+    from planner.queries.min_hardware import min_hardware
+    from planner.queries.plan import plan
 
     model = scenario_model(scenario)
     system = override_system(hardware_catalog.load_system(scenario["system"]), scenario)
@@ -461,7 +461,7 @@ def run_study(
     if stop_after is not None:
         todo = todo[:stop_after]
     if backend == "ray":
-        from planner.ray_backend import run_on_ray
+        from planner.studies.ray_backend import run_on_ray
 
         finished = run_on_ray(study, todo, jobs, address)
     else:

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.errors import InputError
-from planner.plots import charts
-from planner.quantities import PLOT_KINDS
-from planner.sweep import Study, read_rows_counted, read_study, scenarios
+from planner.specs.quantities import PLOT_KINDS
+from planner.studies.plots import charts
+from planner.studies.sweep import Study, read_rows_counted, read_study, scenarios
 
 KINDS = PLOT_KINDS
 FORMATS = ("png", "svg")
@@ -135,7 +135,7 @@ def plot(
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError("planner plot needs matplotlib: pip install '.[plot]'") from None
-    from planner.plots.render import draw
+    from planner.studies.plots.render import draw
 
     if not results.is_dir():
         raise InputError(f"{results}: no such results folder (a sweep's --out)")

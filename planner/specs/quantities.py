@@ -1,7 +1,7 @@
 """The names the CLI offers as choices, in a module of their own so that building the argument
 parser imports neither the solver, the cost model nor matplotlib: the hardware quantities a
 minimum-hardware query can minimise (with their units), the plot kinds, the parameters
-``planner calibrate`` fits, and the search's default caps (planner.search_space applies them;
+``planner calibrate`` fits, and the search's default caps (planner.space.search_space applies them;
 the CLI's help states them)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ QUANTITIES: dict[str, str] = {
 
 SWEEP_BACKENDS = ("local", "ray")
 """Where ``planner sweep --backend`` runs scenarios: this machine's processes, or Ray
-(planner.ray_backend)."""
+(planner.studies.ray_backend)."""
 
 PLOT_KINDS = (
     "mfu-vs-gpus",
@@ -27,7 +27,7 @@ PLOT_KINDS = (
     "offload-bandwidth",
     "least-hardware",
 )
-"""What ``planner plot --kind`` draws (planner.plots.KINDS)."""
+"""What ``planner plot --kind`` draws (planner.studies.plots.KINDS)."""
 
 CALIBRATED_PARAMETERS = (
     "gemm_efficiency",
@@ -36,7 +36,8 @@ CALIBRATED_PARAMETERS = (
     "layer_overhead_us",
     "tp_overlap_contention",
 )
-"""What ``planner calibrate`` can fit of a stack profile (planner.calibration.PARAMETERS)."""
+"""What ``planner calibrate`` can fit of a stack profile
+(planner.accuracy.calibration.PARAMETERS)."""
 
 LAUNCH_FORMATS = ("megatron", "nemo", "torchtitan")
 """The launch configurations ``--emit`` writes and ``evaluate --from`` reads
@@ -68,7 +69,7 @@ each case: whole classes p50 0.38 s, p99 1.3 s, max 5.0 s; halves 0.45 s, 3.0 s,
 Finer steps on request (``--offload-step 1/4`` or ``1/8``: over eighths, mt-1t on 16,384 GPUs
 of h100-offload-512g is still unproven after 20 s). ``--top K`` ranks structures by default, so
 near-identical shares are variants of one rank rather than ranks of their own
-(planner.ranking)."""
+(planner.queries.ranking)."""
 OFFLOAD_STEP_CHOICES = ("1/8", "1/4", "1/2", "1")
 """The steps ``--offload-step`` takes (each divides a whole class into equal shares)."""
 

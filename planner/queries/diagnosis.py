@@ -30,13 +30,10 @@ from constraints import PlanModel, build_plan_model
 from constraints.tables import FLOOR_MARGIN
 from constraints.target import PerformanceTarget
 from constraints.variables import ModelTooLarge
-from planner import limits as lim
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.memory import memory_floor_gpus
 from planner.cost.step import Knobs, evaluate_terms
-from planner.rules import cp_allowed, cp_values, divisors
-from planner.search_space import SearchSpace, build_search_space, stage_layouts
-from planner.solving import (
+from planner.queries.solving import (
     SOLVED,
     Budget,
     StoppedBy,
@@ -44,7 +41,10 @@ from planner.solving import (
     minimize_then_fix,
     solve_within,
 )
+from planner.space.rules import cp_allowed, cp_values, divisors
+from planner.space.search_space import SearchSpace, build_search_space, stage_layouts
 from planner.specs import JobSpec, MemoryTierSpec, ModelSpec, Strategy, SystemSpec
+from planner.specs import limits as lim
 
 CHECK_WORK_UNITS = 20.0
 """Work cap of one step of a diagnosis (a conflict check, a least-memory solve, a re-plan), in
@@ -118,7 +118,8 @@ class _Least:
 
 
 Planner = Callable[..., object]
-"""planner.plan.plan, passed in to verify relaxations (it calls this module when infeasible)."""
+"""planner.queries.plan.plan, passed in to verify relaxations (it calls this module when
+infeasible)."""
 
 
 def pin_conflicts(
@@ -234,8 +235,8 @@ def diagnose(
 ) -> Diagnosis:
     """The diagnosis of an infeasible planning problem (see the module docstring). Without
     ``fixes``, only the conflict (no relaxations, and no fewest-GPU search). Every solve and
-    re-plan inside spends from ``budget`` (default: planner.limits.DEFAULT_WORK_UNITS); when a limit
-    cuts a step short the diagnosis says what it has (``complete`` false, ``stopped_by``)."""
+    re-plan inside spends from ``budget`` (default: planner.specs.limits.DEFAULT_WORK_UNITS); when a
+    limit cuts a step short the diagnosis says what it has (``complete`` false, ``stopped_by``)."""
     started = time.perf_counter()
     session = _Session(
         CostContext(model, system, job),
@@ -609,7 +610,7 @@ class _Session:
     def gpu_range(self) -> tuple[int, int]:
         """(most, multiple): the GPU counts a fewest-GPUs search covers are multiples of a
         node where the problem's count is (else of 1), up to the system's maximum (else scale-up
-        domain × layers × global batch, within planner.limits)."""
+        domain × layers × global batch, within planner.specs.limits)."""
         ctx, system = self.ctx, self.ctx.system
         bound = system.max_gpus or min(
             system.scale_up_gpus * ctx.model.layers * ctx.job.global_batch, lim.MAX_GPUS
