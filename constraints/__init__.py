@@ -27,7 +27,8 @@ from constraints.variables import Variables
 from planner.cost.context import CostContext
 from planner.cost.flops import model_flops_per_step
 from planner.space.search_space import SearchSpace
-from planner.specs import OFFLOAD_KINDS, OFFLOAD_STEPS, offload_eighths
+from planner.specs import OFFLOAD_KINDS, offload_eighths
+from planner.specs.quantities import OFFLOAD_STEPS
 
 OFFLOAD_KNOBS = tuple(f"offload_{kind}" for kind in OFFLOAD_KINDS)
 SIMPLICITY_RADIX = len(OFFLOAD_KNOBS) * OFFLOAD_STEPS + 2

@@ -26,7 +26,8 @@ from ortools.sat.python import cp_model
 from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_exponent, prime_factors
 from planner.space.rules import cp_allowed
 from planner.space.search_space import FRACTION_PINS, pinned_values
-from planner.specs import OFFLOAD_STEPS, JobSpec, ModelSpec, SystemSpec
+from planner.specs import JobSpec, ModelSpec, SystemSpec
+from planner.specs.quantities import OFFLOAD_STEPS
 
 
 def add_factorization(variables: Variables) -> None:

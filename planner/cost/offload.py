@@ -32,7 +32,8 @@ import numpy as np
 
 from planner.cost.compute import BlockTimes
 from planner.cost.context import ACTIVATION_BYTES, CostContext
-from planner.specs import OFFLOAD_STEPS, offload_eighths, offload_tier
+from planner.specs import offload_eighths, offload_tier
+from planner.specs.quantities import OFFLOAD_STEPS
 
 
 def offloaded_share(code: np.ndarray | int, tier: int | None = None) -> np.ndarray:

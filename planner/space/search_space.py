@@ -29,7 +29,6 @@ from planner.errors import InputError
 from planner.space.rules import cp_allowed, cp_values, divisors
 from planner.specs import (
     OFFLOAD_KINDS,
-    OFFLOAD_STEPS,
     PLACEMENT_CODES,
     RECOMPUTE_CODES,
     JobSpec,
@@ -45,6 +44,7 @@ from planner.specs.quantities import (
     DEFAULT_MAX_STAGE_SKEW,
     DEFAULT_OFFLOAD_STEP,
     MIN_CP_CHUNK_TOKENS,
+    OFFLOAD_STEPS,
     parse_eighths,
 )
 

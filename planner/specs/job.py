@@ -1,0 +1,122 @@
+"""The training job (JobSpec: batch, sequence, precision, attention kernel, token budget) and the
+training stack it runs on (StackProfile: the framework's efficiencies and overlaps)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from planner.specs import limits as lim
+from planner.specs.base import Spec
+from planner.specs.model import ModelSpec
+from planner.specs.system import Precision
+
+AttentionKernel = Literal["flash", "materialized"]
+GradDtype = Literal["fp32", "bf16"]
+DpCollectiveUnit = Literal["block", "bucket", "buffer"]
+
+
+class StackProfile(Spec):
+    """What a training framework achieves on the hardware (DESIGN.md §9): its efficiencies
+    relative to the raw kernel benchmarks of the accelerator, which overlaps it really has and
+    what they cost, its memory conventions and its fixed overheads. A profile is catalog data
+    (``hardware_catalog/stacks/*.yaml``, each number with its source) chosen per job
+    (``JobSpec.stack``); the calibrated numbers say which runs they were fitted on.
+
+    The step-time terms read it as follows (planner/cost/): weight GEMMs take the raw matmul
+    curve's time / ``gemm_efficiency``; the attention core takes the ``attention_kernel``'s
+    measured time (or, materialised, the matmul curve's) / ``attention_efficiency``;
+    memory-bound kernels run at the HBM's achievable bandwidth × ``memory_bound_efficiency``;
+    each block adds ``layer_overhead_us`` per micro-batch (kernel launches and framework work
+    that do not shrink with the block); each step adds ``step_overhead_s``.
+    """
+
+    name: str
+    description: str = ""
+    gemm_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
+    attention_kernel: str = "flash2"
+    attention_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
+    memory_bound_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
+    layer_overhead_us: float = Field(default=0.0, ge=0, le=1e5)
+    step_overhead_s: float = Field(default=0.0, ge=0, le=3600)
+    dp_overlap: bool = True
+    """Gradient reduce-scatter / all-reduce and the parameter all-gather can run under the
+    backward and forward passes (bucketed, asynchronous)."""
+    tp_overlap: bool = False
+    """TP collectives can be split and overlapped with the GEMMs that produce or consume them
+    (e.g. Transformer Engine userbuffers)."""
+    tp_overlap_contention: float = Field(default=0.0, ge=0, le=1)
+    """With TP overlap, this share of the hidden communication time still shows up, as the
+    communication kernels take SMs and memory bandwidth from the GEMMs they hide under."""
+    pp_overlap: bool = False
+    """Pipeline point-to-point sends and receives run asynchronously under compute (with the
+    interleaved schedule)."""
+    ep_overlap: bool = False
+    """The expert-parallel token dispatch and combine (all-to-all) run under another
+    micro-batch's compute (DeepSeek's DualPipe; Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm``)."""
+    fp8_dispatch: bool = False
+    """Under fp8 training the tokens are dispatched to their experts in fp8 (1 byte per value;
+    the combine stays 16-bit): DeepSeek-V3 §3.3.2."""
+    grad_dtype: GradDtype = "fp32"
+    """Precision of the gradient buffers gradients accumulate and are reduced in."""
+    dp_collective_unit: DpCollectiveUnit = "bucket"
+    """What one data-parallel collective carries, which sets how many ring latencies a step
+    pays (planner/cost/step.py, dp_collectives): ``block`` — one transformer block's weights
+    (FSDP wraps each block; the embedding and head are one more unit); ``bucket`` — a bucket
+    of max(dp_bucket_params, dp_bucket_params_per_rank·g) parameters for a group of g ranks
+    (Megatron-Core's DDP); ``buffer`` — the whole gradient buffer at once."""
+    dp_bucket_params: float = Field(default=40e6, ge=lim.MIN_DP_BUCKET_PARAMS, le=1e15)
+    """Smallest bucket, in parameters (``bucket`` unit)."""
+    dp_bucket_params_per_rank: float = Field(default=1e6, ge=0, le=1e12)
+    """Bucket growth per rank of the group, in parameters (``bucket`` unit)."""
+    optimizer_bytes_per_param: int = Field(default=12, ge=0, le=64)
+    """Optimizer state per parameter: fp32 master weights and two Adam moments (12 bytes)."""
+    hbm_reserve_gib: float = Field(default=2.0, ge=0, le=lim.MAX_CAPACITY_GIB)
+    """HBM that the CUDA context, communication buffers and allocator fragmentation take."""
+    hbm_usable_fraction: float = Field(default=0.95, ge=lim.MIN_USABLE_FRACTION, le=1)
+    """Share of HBM a plan may fill: the headroom a real allocator needs beyond the estimate
+    (Fujii et al. 2024: plans estimated under ~80 % of HBM did not run out of memory in 454
+    measured runs; 0.95 is this project's default margin)."""
+    offload_resident_blocks: int = Field(default=3, ge=1, le=lim.MAX_LAYERS)
+    """Blocks of an offloaded tensor kind kept in HBM: the one in use, the prefetched next and
+    the previous one being written back."""
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+DEFAULT_STACK = "megatron-core"
+"""The stack a job runs on unless it names one: NVIDIA Megatron-Core (also under NeMo), the
+most common framework of large published runs since 2023."""
+
+
+class JobSpec(Spec):
+    """A training job.
+
+    ``global_batch`` is in sequences. ``stack`` names the training framework's profile (a
+    catalog name or a spec file; see StackProfile). ``attention`` says whether the attention
+    scores are materialised (the 2021–22 Megatron runs) or computed by a fused flash kernel
+    (modern stacks). ``grad_dtype`` is the precision gradients are accumulated and reduced in,
+    and ``hbm_reserve_gib`` the HBM kept for the CUDA context, communication buffers and
+    allocator fragmentation; ``hbm_usable_fraction`` caps the estimate's share of HBM. Unset,
+    all three are the stack's.
+    """
+
+    global_batch: int = Field(gt=0, le=lim.MAX_GLOBAL_BATCH)
+    seq_len: int | None = Field(default=None, gt=0, le=lim.MAX_SEQ_LEN)
+    precision: Precision = "bf16"
+    stack: str = Field(default=DEFAULT_STACK, min_length=1, max_length=4096)
+    optimizer: Literal["adam"] = "adam"
+    grad_dtype: GradDtype | None = None
+    attention: AttentionKernel = "flash"
+    train_tokens: float | None = Field(default=None, gt=0, le=lim.MAX_TRAIN_TOKENS)
+    hbm_reserve_gib: float | None = Field(default=None, ge=0, le=lim.MAX_CAPACITY_GIB)
+    hbm_usable_fraction: float | None = Field(default=None, ge=lim.MIN_USABLE_FRACTION, le=1)
+    expert_imbalance: float = Field(default=1.0, ge=1, le=lim.MAX_EXPERT_IMBALANCE)
+    """Mixture-of-experts load imbalance: tokens the busiest expert-parallel rank receives over
+    the mean (1: perfectly balanced routing). It scales the routed experts' compute and the
+    token all-to-all of every plan with ep > 1; a stated factor, not a prediction."""
+
+    def seq_len_for(self, model: ModelSpec) -> int:
+        return self.seq_len or model.seq_len

@@ -1,0 +1,143 @@
+"""The hardware system (SystemSpec): the accelerator's peaks and measured GEMM and attention curves,
+the memory tiers (HBM first, then offload tiers) and the network tiers (scale-up domain first)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from planner.specs import limits as lim
+from planner.specs.base import Spec
+
+Precision = Literal["bf16", "fp8"]
+"""The number formats of the accelerator's peaks (AcceleratorSpec.peak_tflops) that a job can
+train in (JobSpec.precision)."""
+
+
+class MatmulEfficiencyPoint(Spec):
+    """One point of a matmul efficiency curve: a GEMM of ``gflop`` GFLOP runs at ``efficiency``
+    of the accelerator's peak. Between points the curve is linear in log10(FLOPs)."""
+
+    gflop: float = Field(ge=lim.MIN_GFLOP, le=lim.MAX_GFLOP)
+    efficiency: float = Field(ge=lim.MIN_EFFICIENCY, le=1)
+
+
+class AttentionKernelPoint(Spec):
+    """A measured attention kernel at one sequence length: the fraction of the bf16 peak its
+    forward and backward passes reach on causal attention, FLOPs counted as FlashAttention's
+    benchmarks count them (forward 4·s²·d per head, halved for the causal mask; backward 2.5 ×
+    the forward). Between points the curve is linear in log2(sequence length)."""
+
+    seq_len: int = Field(gt=0, le=lim.MAX_SEQ_LEN)
+    forward: float = Field(ge=lim.MIN_EFFICIENCY, le=1)
+    backward: float = Field(ge=lim.MIN_EFFICIENCY, le=1)
+
+
+class AcceleratorSpec(Spec):
+    """One accelerator (one GPU, or one GCD of a multi-die package): what the hardware does with
+    raw kernels. What a training stack reaches of it lives in its StackProfile."""
+
+    name: str
+    peak_tflops: dict[Precision, float]
+    matmul_efficiency: tuple[MatmulEfficiencyPoint, ...] = Field(min_length=1)
+    attention_kernels: dict[str, tuple[AttentionKernelPoint, ...]] = Field(default_factory=dict)
+    """Fused (flash) attention kernels measured on this accelerator, by name (``flash2``,
+    ``flash3``, ``cudnn``, ``triton``): the stack's ``attention_kernel`` picks one. A stack
+    whose kernel is not listed runs its attention core on the matmul curve."""
+
+    @field_validator("attention_kernels")
+    @classmethod
+    def _sorted_kernels(cls, value: dict[str, tuple[AttentionKernelPoint, ...]]):
+        for name, points in value.items():
+            lengths = [point.seq_len for point in points]
+            if not lengths or lengths != sorted(set(lengths)):
+                raise ValueError(
+                    f"attention_kernels.{name}: give points with strictly increasing seq_len"
+                )
+        return value
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _positive_peaks(cls, value: dict[str, float]) -> dict[str, float]:
+        if "bf16" not in value:
+            raise ValueError("peak_tflops must give at least 'bf16'")
+        for precision, tflops in value.items():
+            lim.check_range(f"peak_tflops.{precision}", tflops, lim.MIN_TFLOPS, lim.MAX_TFLOPS)
+        return value
+
+    @field_validator("matmul_efficiency")
+    @classmethod
+    def _sorted_curve(cls, value: tuple[MatmulEfficiencyPoint, ...]):
+        sizes = [point.gflop for point in value]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError("matmul_efficiency points must have strictly increasing gflop")
+        return value
+
+
+class MemoryTierSpec(Spec):
+    """A memory tier. Tier 0 is HBM; tiers ≥ 1 are offload tiers (host DDR, CXL, network memory).
+
+    ``capacity_gib`` and ``bandwidth_gbps`` are per GPU; bandwidth is per direction (reads and
+    writes proceed concurrently, as on PCIe/CXL links). ``efficiency`` is the achievable fraction
+    of the bandwidth.
+    """
+
+    name: str
+    capacity_gib: float = Field(ge=lim.MIN_CAPACITY_GIB, le=lim.MAX_CAPACITY_GIB)
+    bandwidth_gbps: float = Field(ge=lim.MIN_BANDWIDTH_GBPS, le=lim.MAX_BANDWIDTH_GBPS)
+    efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
+
+
+class NetworkTierSpec(Spec):
+    """A network tier. Tier 0 is the scale-up domain (NVLink, Infinity Fabric); the last tier is
+    scale-out (InfiniBand, Slingshot). ``domain_gpus`` is how many GPUs one domain of this tier
+    joins (None: the whole system; the last tier always spans the whole system).
+    ``bandwidth_gbps`` is per GPU per direction."""
+
+    name: str
+    domain_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
+    bandwidth_gbps: float = Field(ge=lim.MIN_BANDWIDTH_GBPS, le=lim.MAX_BANDWIDTH_GBPS)
+    latency_us: float = Field(default=0.0, ge=0, le=lim.MAX_LATENCY_US)
+    efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
+
+
+class SystemSpec(Spec):
+    """A machine: accelerator, memory tiers (HBM first) and network tiers (fastest first)."""
+
+    name: str = "custom"
+    description: str = ""
+    accelerator: AcceleratorSpec
+    memory_tiers: tuple[MemoryTierSpec, ...] = Field(min_length=1, max_length=lim.MAX_MEMORY_TIERS)
+    network_tiers: tuple[NetworkTierSpec, ...] = Field(
+        min_length=1, max_length=lim.MAX_NETWORK_TIERS
+    )
+    gpus_per_node: int = Field(default=8, gt=0, le=lim.MAX_GPUS)
+    max_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
+    gpu_hour_usd: float | None = Field(default=None, gt=0, le=lim.MAX_GPU_HOUR_USD)
+    tp_across_domain: bool = False
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_tiers(self) -> SystemSpec:
+        sizes = [tier.domain_gpus for tier in self.network_tiers]
+        bounded = [size for size in sizes[:-1] if size is not None]
+        if len(bounded) != len(sizes) - 1:
+            raise ValueError("network_tiers: every tier but the last needs domain_gpus")
+        if bounded != sorted(bounded) or len(set(bounded)) != len(bounded):
+            raise ValueError("network_tiers: domain_gpus must grow strictly from tier to tier")
+        return self
+
+    @property
+    def hbm(self) -> MemoryTierSpec:
+        return self.memory_tiers[0]
+
+    @property
+    def offload_tiers(self) -> tuple[MemoryTierSpec, ...]:
+        return self.memory_tiers[1:]
+
+    @property
+    def scale_up_gpus(self) -> int:
+        """GPUs in one scale-up domain (the first network tier); the whole system if unbounded."""
+        return self.network_tiers[0].domain_gpus or (self.max_gpus or 1 << 30)
