@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from planner.studies.sweep import Study, run_study
+from planner.studies.study import Study
+from planner.studies.sweep import run_study
 
 STUDY = Study(
     name="scaling",

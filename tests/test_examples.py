@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import hardware_catalog
-from planner.studies.sweep import load_study, scenarios
+from planner.studies.study import load_study, scenarios
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "multi_trillion"
 IGNORED = {"name", "description", "aliases", "sources"}

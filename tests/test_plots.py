@@ -15,7 +15,8 @@ import yaml
 from planner.cli import main
 from planner.errors import InputError
 from planner.studies.plots import chart
-from planner.studies.sweep import load_study, run_study
+from planner.studies.study import load_study
+from planner.studies.sweep import run_study
 
 PLAN_STUDY = {
     "name": "small offload",

@@ -19,7 +19,9 @@ from planner.queries.plan import plan
 from planner.specs import JobSpec
 from planner.specs.hardware import override_system
 from planner.specs.limits import MAX_GLOBAL_BATCH
-from planner.studies.sweep import load_study, read_rows, run_study
+from planner.studies.rows import read_rows
+from planner.studies.study import load_study
+from planner.studies.sweep import run_study
 
 STUDY = {
     "name": "tiny",
@@ -184,7 +186,7 @@ def test_job_model_and_hardware_axes_equal_individual_plans(tmp_path: Path) -> N
 
 def test_global_batch_as_an_axis_and_per_gpu_rule(tmp_path: Path) -> None:
     listed = load_study(write(tmp_path, {**STUDY, "global_batch": [32, 64], "hardware": {}}))
-    from planner.studies.sweep import scenarios
+    from planner.studies.study import scenarios
 
     batches = sorted((s["gpus"], s["global_batch"]) for s in scenarios(listed))
     assert batches == [(8, 32), (8, 32), (8, 64), (8, 64), (16, 32), (16, 32), (16, 64), (16, 64)]
@@ -313,16 +315,16 @@ def test_a_failing_scenario_is_an_error_row_and_the_rest_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whatever goes wrong in one scenario (its input, or a bug) is that scenario's row."""
-    import planner.studies.sweep
+    import planner.studies.scenario
 
-    solve = planner.studies.sweep._solve_scenario
+    solve = planner.studies.scenario._solve_scenario
 
     def failing(study, scenario, row, started):  # noqa: ANN001, ANN202
         if scenario["hbm_gib"] == 16 and scenario["gpus"] == 8:
             raise RuntimeError("boom\nsecond line")
         return solve(study, scenario, row, started)
 
-    monkeypatch.setattr(planner.studies.sweep, "_solve_scenario", failing)
+    monkeypatch.setattr(planner.studies.scenario, "_solve_scenario", failing)
     study = load_study(write(tmp_path, {**STUDY, "models": ["gpt3-1.3b"]}))
     rows = run_study(study, tmp_path / "out")
     errors = [r for r in rows if r["status"] == "error"]

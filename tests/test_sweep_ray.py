@@ -19,7 +19,8 @@ import yaml
 import planner
 from planner.cli import main
 from planner.errors import InputError
-from planner.studies.sweep import load_study, run_study, scenarios
+from planner.studies.study import load_study, scenarios
+from planner.studies.sweep import run_study
 from tests.test_sweep import STUDY as SWEEP_STUDY
 from tests.test_sweep import write
 
@@ -85,7 +86,7 @@ def test_cli_ray_sweep_joins_a_running_cluster(tmp_path: Path) -> None:
         head.terminate()
         head.wait(timeout=60)
         _restore(cluster_file, before)
-    from planner.studies.sweep import read_rows
+    from planner.studies.rows import read_rows
 
     local = run_study(load_study(study), tmp_path / "local")
     for name, finished in joined.items():
@@ -236,7 +237,7 @@ def test_cli_ray_sweep_starts_a_local_instance_and_equals_local_rows(
     assert "8 scenarios" in out and "tiny on ray: 8/8 scenarios" in out
     assert not ray.is_initialized()  # the instance it started is gone
     assert main([*args, "--out", str(tmp_path / "local")]) == 0
-    from planner.studies.sweep import read_rows
+    from planner.studies.rows import read_rows
 
     assert key(read_rows(tmp_path / "ray")) == key(read_rows(tmp_path / "local"))
 
@@ -266,7 +267,8 @@ def test_workers_get_the_users_spec_files_from_the_driver(tmp_path: Path) -> Non
     """A worker answers a system and a stack given as paths it cannot read (another machine)
     with the specs the driver read: the same row as with the files."""
     from planner.studies.ray_backend import _remote_scenario
-    from planner.studies.sweep import run_scenario, spec_files
+    from planner.studies.scenario import run_scenario
+    from planner.studies.study import spec_files
 
     system = tmp_path / "my-system.yaml"
     system.write_text(yaml.safe_dump({"name": "mine", "aliases": [], **_system_fields()}))

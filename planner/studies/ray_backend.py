@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import planner
 from planner.errors import InputError
-from planner.studies.sweep import Rows, SpecFiles, Study, preload_files, run_scenario, spec_files
+from planner.studies.rows import Rows
+from planner.studies.scenario import run_scenario
+from planner.studies.study import SpecFiles, Study, preload_files, spec_files
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -20,7 +20,8 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.specs.quantities import PLOT_KINDS
 from planner.studies.plots import charts
-from planner.studies.sweep import Study, read_rows_counted, read_study, scenarios
+from planner.studies.rows import read_rows_counted, read_study
+from planner.studies.study import Study, scenarios
 
 KINDS = PLOT_KINDS
 FORMATS = ("png", "svg")

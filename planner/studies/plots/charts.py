@@ -18,7 +18,7 @@ from typing import Any
 
 from planner.errors import InputError
 from planner.specs.hardware import OVERRIDE_LABELS, describe_override
-from planner.studies.sweep import HARDWARE_AXES, JOB_AXES, Study, scenario_model
+from planner.studies.study import HARDWARE_AXES, JOB_AXES, Study, scenario_model
 
 TIME_TERMS = (
     "forward",
