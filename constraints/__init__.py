@@ -10,6 +10,7 @@ from ortools.sat.python import cp_model
 
 from constraints.memory import MemoryNeeds, add_memory_fit
 from constraints.objective import StepVariables, add_step_time
+from constraints.scales import time_scale
 from constraints.structure import (
     add_batch,
     add_canonical,
@@ -21,7 +22,7 @@ from constraints.structure import (
     add_placement,
     add_rank_order,
 )
-from constraints.tables import TableBuilder, time_scale
+from constraints.tables import TableBuilder
 from constraints.target import PerformanceTarget, add_target
 from constraints.variables import Variables
 from planner.cost.context import CostContext

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from constraints.tables import NEED_CAP_BYTES, TableBuilder
+from constraints.scales import NEED_CAP_BYTES
+from constraints.tables import TableBuilder
 from constraints.variables import Variables
 
 

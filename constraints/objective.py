@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from constraints.tables import PerBlock, TableBuilder
+from constraints.grid import PerBlock
+from constraints.tables import TableBuilder
 from constraints.variables import INT_LIMIT, Variables
 
 

@@ -210,7 +210,7 @@ def add_pins(variables: Variables) -> None:
 def add_canonical(variables: Variables, model: ModelSpec) -> None:
     """Knobs without effect take one value (not a family: it never excludes a distinct plan).
 
-    Why each cut keeps every step time and memory need (planner.space.search_space.canonical_mask
+    Why each cut keeps every step time and memory need (planner.space.reductions.canonical_values
     states the same cuts; tests/test_raw_oracle.py checks both against an enumeration of the
     raw product of knob values, which applies none of them):
 

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 import hardware_catalog
 from planner.cli import main
 from planner.cost.context import CostContext
+from planner.cost.knobs import Knobs
 from planner.cost.memory import StageParams
-from planner.cost.step import Knobs, dp_collectives, dp_comm_times_s, evaluate_terms
+from planner.cost.parallel_comm import dp_collectives, dp_comm_times_s
+from planner.cost.step import evaluate_terms
 from planner.specs import OFFLOAD_KINDS, JobSpec, offload_code
 from planner.specs.hardware import override_system
 from planner.specs.quantities import OFFLOAD_STEPS

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from planner.cost.context import CostContext
+from planner.cost.knobs import Knobs
 from planner.cost.memory import block_activation_bytes, stage_memory, stage_params
-from planner.cost.step import Knobs
 from planner.specs import JobSpec
 from tests.conftest import gpt_model, simple_system
 

@@ -19,7 +19,8 @@ from planner import launch
 from planner.cli import main
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.flops import block_forward_flops, block_gemms
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import evaluate_terms
 from planner.errors import InputError
 from planner.queries.evaluate import as_model, as_system
 from planner.space.rules import strategy_violations

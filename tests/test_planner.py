@@ -14,7 +14,8 @@ from planner.queries.evaluate import evaluate
 from planner.queries.plan import plan
 from planner.queries.ranking import TIE_TOLERANCE
 from planner.space.oracle import Ranked, enumerate_strategies, fitting_chunks, raw_space
-from planner.space.search_space import canonical_values, parse_pin, strategy_from_values
+from planner.space.reductions import canonical_values
+from planner.space.search_space import parse_pin, strategy_from_values
 from planner.specs import JobSpec
 from tests.conftest import gpt_model, simple_system
 
@@ -102,7 +103,7 @@ def oracle(model, system, job, gpus, pins=None, top=1, caps=SMALL):
 
 def canonical_ranking(model, system, job, gpus, k, caps=SMALL):
     """The ``k`` fastest distinct strategies of the raw oracle, each as its canonical twin (the
-    strategy the solver's space holds in its place, search_space.canonical_values): what --top
+    strategy the solver's space holds in its place, reductions.canonical_values): what --top
     ranks by strategy. Vectorised: a twin repeats once per no-effect variant."""
     ctx = CostContext(model, system, job)
     space = raw_space(model, system, job, gpus, **caps)

@@ -5,7 +5,7 @@ what planner.space.rules allows; the CP-SAT model drops values that have no effe
 (constraints.structure.add_canonical, planner.space.search_space's domains) and prunes by the rules.
 Three checks keep those reductions honest:
 
-- every valid strategy's canonical twin (search_space.canonical_values: the strategy the
+- every valid strategy's canonical twin (reductions.canonical_values: the strategy the
   solver's space holds in its place) is itself valid and costs exactly what it costs;
 - the oracle's vectorised rules are planner.space.rules', strategy by strategy;
 - the solver's proven optimum is the raw oracle's on random problems that draw every knob:
@@ -32,8 +32,9 @@ from planner.space.oracle import (
     valid_chunks,
     valid_mask,
 )
+from planner.space.reductions import canonical_values, stated_caps
 from planner.space.rules import strategy_violations
-from planner.space.search_space import canonical_values, stated_caps, strategy_from_values
+from planner.space.search_space import strategy_from_values
 from planner.specs import JobSpec, ModelSpec, Strategy
 from tests.conftest import simple_system
 from tests.test_planner import REL, SMALL_BUCKETS

@@ -11,7 +11,8 @@ from ortools.sat.python import cp_model
 import planner.queries.solving as solving
 from constraints import build_plan_model
 from planner.cost.context import CostContext
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import evaluate_terms
 from planner.queries.evaluate import as_model, as_system
 from planner.queries.solving import Phase, expert_parts, phases, solve, solve_parts
 from planner.space.search_space import build_search_space, strategy_from_values

@@ -29,7 +29,8 @@ import numpy as np
 import hardware_catalog
 from planner.accuracy.validation import Dataset, MeasuredRun, resolve
 from planner.cost.context import CostContext
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import evaluate_terms
 from planner.errors import InputError
 from planner.specs import JobSpec, ModelSpec, StackProfile, SystemSpec
 from planner.specs.quantities import CALIBRATED_PARAMETERS as PARAMETERS

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import hardware_catalog
 from planner.cost.context import CostContext
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import evaluate_terms
 from planner.errors import InputError
 from planner.space.rules import strategy_violations
 from planner.specs import JobSpec, ModelSpec, StackProfile, Strategy, SystemSpec

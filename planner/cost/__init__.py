@@ -6,6 +6,7 @@ depends on (for the CP-SAT model), or evaluates thousands of whole strategies (t
 oracle). Each term's docstring names the knobs it depends on.
 """
 
-from planner.cost.step import Knobs, StepTerms, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import StepTerms, evaluate_terms
 
 __all__ = ["Knobs", "StepTerms", "evaluate_terms"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hardware_catalog
 from planner.cost.context import CostContext
 from planner.cost.estimate import Estimate, build_estimate
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import evaluate_terms
 from planner.space.rules import check_strategy, strategy_warnings
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 

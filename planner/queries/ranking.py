@@ -30,7 +30,7 @@ from typing import Literal
 from ortools.sat.python import cp_model
 
 from constraints import PlanModel
-from planner.cost.step import Knobs
+from planner.cost.knobs import Knobs
 from planner.queries.solving import SOLVED, Budget, decode, solve_within
 from planner.space.search_space import KNOBS
 from planner.specs import Strategy

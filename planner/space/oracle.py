@@ -9,7 +9,7 @@ Its space (``raw_space``) is built here, not by planner.space.search_space: the 
 values that have no effect (planner.space.search_space, constraints.structure.add_canonical) or that
 a rule forbids, and an oracle that shared those reductions could not check them (issue 40: a cut
 that fixed ZeRO at stage 0 whenever dp = 1 hid plans up to 4.4× faster from both). The raw space
-keeps only the stated caps of the searched space (search_space.stated_caps: micro-batch,
+keeps only the stated caps of the searched space (reductions.stated_caps: micro-batch,
 interleave, cp, stage skew, offload share steps), which the solver reports with its answer.
 """
 
@@ -23,7 +23,8 @@ import numpy as np
 
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
-from planner.cost.step import Knobs, StepTerms, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import StepTerms, evaluate_terms
 from planner.space.rules import divisors
 from planner.space.search_space import (
     KNOBS,
@@ -143,7 +144,7 @@ def structure_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray
         ok &= (e == 1) | (k["placement"] == 0)
     else:
         ok &= (k["ep"] == 1) & (k["expert_tp"] == 0)
-    # A stated cap (search_space.stated_caps): TP inside one scale-up domain unless the
+    # A stated cap (reductions.stated_caps): TP inside one scale-up domain unless the
     # system allows otherwise.
     if not ctx.system.tp_across_domain and len(ctx.system.network_tiers) > 1:
         ok &= t <= (ctx.system.network_tiers[0].domain_gpus or 0)

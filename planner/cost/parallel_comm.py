@@ -1,0 +1,160 @@
+"""The communication each parallel dimension adds to a step and the share of it that stays exposed:
+context parallelism's K/V ring per block, the pipeline's point-to-point activations, and data
+parallelism's gradient reductions and ZeRO gathers per block, bucket or buffer (the formulas:
+planner.cost.step's docstring, DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.compute import BlockTimes
+from planner.cost.context import ACTIVATION_BYTES, CostContext
+from planner.cost.flops import (
+    ArrayLike,
+    kv_heads_per_rank,
+)
+from planner.cost.memory import (
+    StageParams,
+)
+from planner.cost.network import (
+    point_to_point_s,
+    ring_latency_s,
+    ring_transfer_s,
+)
+from planner.specs import PLACEMENT_CODES
+
+
+def cp_exposed_s(
+    ctx: CostContext,
+    tp: ArrayLike,
+    cp: ArrayLike,
+    local_mb: np.ndarray,
+    recompute: np.ndarray,
+    times: BlockTimes,
+) -> np.ndarray:
+    """Exposed K/V ring traffic of context parallelism per block per micro-batch (0 for cp = 1):
+    per pass, max(0, ring time − attention-core time); the backward moves twice the forward's
+    bytes, and a full recompute repeats the forward's ring."""
+    m = ctx.model
+    c = np.asarray(cp, dtype=float)
+    chunk_bytes = 2 * local_mb * ctx.seq_len * kv_heads_per_rank(ctx, tp) * m.head_dim
+    step_s = point_to_point_s(ctx, np.asarray(tp) * c, ACTIVATION_BYTES * chunk_bytes)
+    ring_forward = (c - 1) * step_s
+    forward = np.maximum(0.0, ring_forward - times.attention_forward_s)
+    backward = np.maximum(0.0, 2 * ring_forward - times.attention_backward_s)
+    return np.where(c > 1, forward * (1 + (recompute == 2)) + backward, 0.0)
+
+
+def pp_message_s(
+    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, span: ArrayLike, cp: ArrayLike = 1
+) -> np.ndarray:
+    """One stage-to-stage message of b·s·h·e/(t·cp) bytes (Megatron's scatter/gather; each CP
+    rank sends its own chunk) on the tier the whole job spans. Depends on (tp, cp, micro_batch)
+    and the GPU count."""
+    local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
+    nbytes = ACTIVATION_BYTES * local_mb * ctx.seq_len * ctx.model.hidden
+    return point_to_point_s(ctx, span, nbytes / np.asarray(tp, dtype=float))
+
+
+def group_spans(
+    tp: ArrayLike, cp: ArrayLike, pp: ArrayLike, dp: ArrayLike, placement: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(GPUs a DP group spans, GPUs the pipeline spans) under the rank order: t·c·d and t·c·d·p
+    for TP, CP, DP, PP; t·c·p·d and t·c·p for TP, PP, DP."""
+    inner = np.asarray(tp) * np.asarray(cp)
+    p, d = np.asarray(pp), np.asarray(dp)
+    pp_inside = np.asarray(placement) == PLACEMENT_CODES["tp-pp-dp"]
+    return inner * d * np.where(pp_inside, p, 1), inner * p * np.where(pp_inside, 1, d)
+
+
+@dataclass(frozen=True)
+class DpCommTimes:
+    """A stage's DP communication per step, unhidden: the transfer (bandwidth) parts, which
+    hide under compute with DP overlap, and the ring latencies, which never do."""
+
+    after_backward_s: np.ndarray
+    """Once per step, after the last backward (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter)."""
+    before_forward_s: np.ndarray
+    """Once per step, before the first forward (ZeRO-1/2 weight all-gather)."""
+    per_micro_batch_s: np.ndarray
+    """Every micro-batch (ZeRO-2 reduce-scatter; ZeRO-3 also the weight all-gathers)."""
+    latency_per_step_s: np.ndarray
+    """Ring latency of the once-per-step collectives."""
+    latency_per_micro_batch_s: np.ndarray
+    """Ring latency of the per-micro-batch collectives."""
+
+
+def dp_collectives(
+    ctx: CostContext, params: ArrayLike, blocks: ArrayLike, ranks: ArrayLike
+) -> np.ndarray:
+    """Collectives one DP reduction or gather of a stage's ``params`` (over ``blocks`` blocks)
+    takes on ``ranks`` ranks, by the stack's unit (StackProfile.dp_collective_unit): one per
+    block plus one for the embedding/head (FSDP), ⌈params / max(b₀, b₁·g)⌉ buckets
+    (Megatron-Core's DDP: b₀ = 40M, b₁ = 1M), or one for the whole buffer."""
+    stack = ctx.stack
+    if stack.dp_collective_unit == "block":
+        return np.asarray(blocks, dtype=float) + 1.0
+    if stack.dp_collective_unit == "buffer":
+        return np.ones(np.shape(params))
+    bucket = np.maximum(
+        stack.dp_bucket_params, stack.dp_bucket_params_per_rank * np.asarray(ranks, dtype=float)
+    )
+    return np.maximum(1.0, np.ceil(np.asarray(params, dtype=float) / bucket))
+
+
+def dp_comm_times_s(
+    ctx: CostContext,
+    params: StageParams,
+    blocks: ArrayLike,
+    span: ArrayLike,
+    dp: ArrayLike,
+    zero_stage: ArrayLike,
+    recompute: ArrayLike,
+    cp: ArrayLike = 1,
+    expert_dp: ArrayLike = 1,
+) -> DpCommTimes:
+    """DP communication of a stage of ``blocks`` blocks whose ranks hold ``params`` each, over
+    the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans); the
+    routed experts among them are reduced over their ``expert_dp`` ranks
+    (planner/cost/experts.py) on the same span, after the dense ones. Each collective pays the
+    ring latency (g−1)·α once (dp_collectives says how many there are): measured, MPT's step on
+    H100s grows with the GPU count at a fixed per-GPU batch by 2–9 µs per added ring step per
+    per-block collective (llm-foundry's H100 table, 128 → 512 GPUs) while its transfers hide
+    under compute — a ring is a chain of g−1 dependent hand-offs that the compute kernels on
+    every rank delay. Depends on (tp, cp, dp, zero_stage, recompute, ep, expert_tp), the
+    stage's layout and the placement."""
+    zero = np.asarray(zero_stage)
+    # FSDP (per-block units) recomputes a block inside that block's backward, whose weights
+    # are gathered already; other ZeRO-3 implementations gather them again for the recompute.
+    regathers = ctx.stack.dp_collective_unit != "block"
+    gathers_per_micro_batch = 2 + regathers * (np.asarray(recompute) == 2)
+    experts = np.asarray(params.experts, dtype=float)
+    groups = [(np.asarray(dp) * np.asarray(cp), np.asarray(params.total, dtype=float) - experts)]
+    if ctx.model.is_moe:
+        groups.append((np.asarray(expert_dp, dtype=float), experts))
+    once_collectives = np.where(zero <= 1, 2, np.where(zero == 2, 1, 0))
+    per_mb_collectives = np.where(zero == 2, 1, np.where(zero == 3, 1 + gathers_per_micro_batch, 0))
+    after = before = per_mb = latency_step = latency_mb = 0.0
+    for ranks, group_params in groups:
+        grads = ctx.grad_bytes * group_params
+        reduce = ring_transfer_s(ctx, ranks, span, grads)
+        gather = ring_transfer_s(ctx, ranks, span, ACTIVATION_BYTES * group_params)
+        after = after + np.where(zero == 0, 2 * reduce, np.where(zero == 1, reduce, 0.0))
+        before = before + np.where((zero == 1) | (zero == 2), gather, 0.0)
+        per_mb = per_mb + np.where(
+            zero == 2, reduce, np.where(zero == 3, reduce + gathers_per_micro_batch * gather, 0.0)
+        )
+        one = dp_collectives(ctx, group_params, blocks, ranks) * np.where(
+            group_params > 0, ring_latency_s(ctx, ranks, span), 0.0
+        )
+        latency_step = latency_step + once_collectives * one
+        latency_mb = latency_mb + per_mb_collectives * one
+    return DpCommTimes(
+        after_backward_s=np.asarray(after),
+        before_forward_s=np.asarray(before),
+        per_micro_batch_s=np.asarray(per_mb),
+        latency_per_step_s=np.asarray(latency_step),
+        latency_per_micro_batch_s=np.asarray(latency_mb),
+    )
