@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from planner.cli import main
 from planner.errors import InputError
-from planner.launch.megatron import _tokens
+from planner.launch.shell import words
 
 BAD = 2
 SYSTEM = "h100-offload-512g"
@@ -202,15 +202,15 @@ def test_megatron_words_are_shlex_words(text: str) -> None:
     except ValueError:
         expected = None
     try:
-        words: list[str] | None = _tokens(text)
+        split: list[str] | None = words(text)
     except InputError:
-        words = None
-    assert words == expected
+        split = None
+    assert split == expected
 
 
 def test_megatron_splitter_is_linear() -> None:
     """16 MiB (the largest accepted file) of short words, or one word, splits in seconds."""
     for text in ("--x " * (4 << 20), "y" * (16 << 20), '"' + "a b" * (5 << 20) + '"'):
         started = time.perf_counter()
-        _tokens(text)
+        words(text)
         assert time.perf_counter() - started < SECONDS

@@ -20,7 +20,8 @@ from types import ModuleType
 from hardware_catalog import load_stack, read_bounded_text
 from planner.errors import InputError
 from planner.launch import megatron, nemo, torchtitan
-from planner.launch.common import LaunchConfig, Parsed, settle
+from planner.launch.common import LaunchConfig, Parsed
+from planner.launch.settle import settle
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 __all__ = ["FORMATS", "LaunchConfig", "emit", "format_module", "read", "read_source"]

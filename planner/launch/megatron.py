@@ -64,14 +64,19 @@ above round-trips, but Megatron-Core refuses some combinations, so the plan leav
 (``--tp-comm-overlap`` needs it), weight and activation offloading (``--cpu-offloading`` moves
 whole layers, and TransformerConfig refuses it with pipeline parallelism or recompute), and
 optimizer offloading to a tier other than host memory; the report states each in its caps.
+
+Over 500 lines by design: this framework's one knob ↔ flag table and both directions that use
+it (emit writes a strategy in the framework's terms, read takes a launch line back), kept in
+one module so that a flag cannot change in one direction and not the other (tests/test_launch.py
+round-trips every knob).
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from planner.errors import InputError
+from planner.launch import shell
 from planner.launch.common import (
     EXPERT_COUNTS,
     LaunchConfig,
@@ -356,53 +361,6 @@ def _offload_flags(
     return flags, notes
 
 
-_WORD = r"""(?:[^\s'"\\#]+|\\.|'[^']*'|"[^"\\]*(?:\\.[^"\\]*)*")+"""
-_SCAN = re.compile(rf"\s*(?:\#[^\n]*|({_WORD}))?", re.DOTALL)
-"""Blanks, then a comment (``#`` to the end of the line) or a word of unquoted characters,
-backslash escapes and quoted strings: matched in time linear in the text (shlex builds a word
-one character at a time, quadratic in its length)."""
-_QUOTED = re.compile(r'''\\(.)|'([^']*)'|"([^"\\]*(?:\\.[^"\\]*)*)"''', re.DOTALL)
-_DOUBLE_QUOTED_ESCAPE = re.compile(r'\\([\\"])')
-_QUOTING = re.compile(r"""['"\\]""")
-
-
-def _tokens(text: str) -> list[str]:
-    """The words of a command line as ``shlex.split(text, comments=True)`` gives them (POSIX
-    quoting: within double quotes a backslash escapes only ``"`` and ``\\``; an unquoted ``#``
-    ends the word and comments out the rest of the line), a backslash-newline joining lines.
-    What the scan cannot take (an unclosed quote, a trailing backslash) is left over by it."""
-    text = text.replace("\\\n", " ")
-    if _SCAN.sub("", text).strip():
-        raise InputError(
-            "megatron arguments: cannot split into words (an unclosed quote or a trailing "
-            "backslash)"
-        )
-    return [_QUOTED.sub(_unquote, word) if _QUOTING.search(word) else word
-            for word in _SCAN.findall(text) if word]  # fmt: skip
-
-
-def _unquote(piece: re.Match[str]) -> str:
-    escaped, single, double = piece.groups()
-    if escaped is not None:
-        return escaped
-    if single is not None:
-        return single
-    return _DOUBLE_QUOTED_ESCAPE.sub(r"\1", double)
-
-
-def _flags(tokens: list[str]) -> dict[str, list[str]]:
-    """``--flag value...`` and ``--flag=value`` pairs; the last occurrence of a flag wins."""
-    flags: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for token in tokens:
-        if token.startswith("--"):
-            name, eq, value = token.partition("=")
-            current = flags[name] = [value] if eq else []
-        elif current is not None:
-            current.append(token)
-    return flags
-
-
 class _Args:
     """Parsed flags with typed access; remembers which flags were read."""
 
@@ -458,12 +416,12 @@ class _Args:
 def read(text: str, system: SystemSpec) -> Parsed:
     """A command line (``torchrun ... pretrain_gpt.py --flags``, or the flags alone) or a file of
     arguments (shell line continuations and ``#`` comments allowed)."""
-    tokens = _tokens(text)
+    tokens = shell.words(text)
     script = next((i for i, token in enumerate(tokens) if token.endswith(".py")), None)
     launcher = tokens[:script] if script is not None else []
-    args = _Args(_flags(tokens[script + 1 :] if script is not None else tokens))
+    args = _Args(shell.flags(tokens[script + 1 :] if script is not None else tokens))
     parsed = Parsed(fmt=FORMAT)
-    _read_launcher(_Args(_flags(launcher)), parsed)
+    _read_launcher(_Args(shell.flags(launcher)), parsed)
     tp = args.whole(FLAGS["tp"], 1)
     parsed.knobs = {
         "tp": tp,

@@ -40,6 +40,11 @@ What ``plan --emit nemo`` searches (``restriction``; planner.launch.restrict): a
 Megatron-LM (the same Megatron-Core checks: sequence parallelism on with tp > 1, no weight or
 activation offloading, the optimizer offloaded to host memory only), in the default rank order:
 NeMo has no key for ``use_tp_pp_dp_mapping``.
+
+Over 500 lines by design: this framework's one knob ↔ key table and both directions that use
+it (emit writes a strategy in the framework's terms, read takes a launch recipe back), kept in
+one module so that a key cannot change in one direction and not the other (tests/test_launch.py
+round-trips every knob).
 """
 
 from __future__ import annotations

@@ -41,6 +41,11 @@ default rank order, no partial recompute (torchtitan recomputes every block or e
 no offloading (``enable_cpu_offload`` moves parameters, gradients and optimizer state together
 and only under FSDP; torchtitan has no activation offloading), expert TP = TP. The job must
 reduce gradients in fp32 and use flash attention (torchtitan has no other): otherwise an error.
+
+Over 500 lines by design: this framework's one knob ↔ key table and both directions that use
+it (emit writes a strategy in the framework's terms, read takes a launch file back), kept in
+one module so that a key cannot change in one direction and not the other (tests/test_launch.py
+round-trips every knob).
 """
 
 from __future__ import annotations
