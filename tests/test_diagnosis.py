@@ -9,7 +9,7 @@ import pytest
 from ortools.sat.python import cp_model
 
 import hardware_catalog
-import planner.queries.diagnosis as diagnosis_module
+import planner.queries.diagnosis_session as diagnosis_session
 from constraints import build_plan_model
 from constraints.target import PerformanceTarget
 from planner.cost.context import CostContext
@@ -276,7 +276,7 @@ def test_a_diagnosis_cut_short_by_its_work_limit_claims_no_proof(work_limit: flo
 def test_a_fewest_gpu_search_out_of_work_says_none_found_not_none_fits(monkeypatch) -> None:
     """The fewest-GPUs search's own cap spent at once: "no GPU count found within the work
     limit", never "no GPU count fits", and no GPU fix offered."""
-    monkeypatch.setattr(diagnosis_module, "FEWEST_GPUS_WORK_UNITS", 1e-4)
+    monkeypatch.setattr(diagnosis_session, "FEWEST_GPUS_WORK_UNITS", 1e-4)
     model, system, job, gpus = MEGATRON_16
     diagnosis = plan(model, system, job, gpus).diagnosis
     factorization = next(c for c in diagnosis.conflicts if c.family == "factorization")

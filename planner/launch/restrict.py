@@ -24,9 +24,11 @@ from typing import Any
 
 from planner.errors import InputError
 from planner.launch.common import LaunchConfig, Pins, Restriction
-from planner.queries.diagnosis import Conflict, Diagnosis, Relaxation
+from planner.queries.conflicts import Conflict
+from planner.queries.diagnosis import Diagnosis
 from planner.queries.evaluate import evaluate
 from planner.queries.plan import Alternative, Plan, SolverReport, plan
+from planner.queries.relaxations import Relaxation
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 LIMITS = ("time_limit_s", "work_limit")

@@ -15,13 +15,15 @@ from ortools.sat.python import cp_model
 from pydantic import BaseModel
 
 from constraints import build_plan_model
-from constraints.tables import TIME_CEILING_IDEAL_STEPS
+from constraints.scales import TIME_CEILING_IDEAL_STEPS
 from constraints.target import PerformanceTarget
 from planner.cost.context import CostContext
 from planner.cost.estimate import Estimate, build_estimate
-from planner.cost.step import Knobs, evaluate_terms
+from planner.cost.knobs import Knobs
+from planner.cost.step import evaluate_terms
 from planner.errors import InputError, InternalError
-from planner.queries.diagnosis import Diagnosis, pin_conflicts
+from planner.queries.conflicts import pin_conflicts
+from planner.queries.diagnosis import Diagnosis
 from planner.queries.diagnosis import diagnose as run_diagnosis
 from planner.queries.evaluate import as_model, as_system
 from planner.queries.ranking import Rank, RankBy, rank
@@ -35,8 +37,9 @@ from planner.queries.solving import (
     expert_parts,
     solve_parts,
 )
+from planner.space.reductions import stated_caps
 from planner.space.rules import strategy_warnings
-from planner.space.search_space import SearchSpace, build_search_space, stated_caps
+from planner.space.search_space import SearchSpace, build_search_space
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 from planner.specs import limits as lim
 from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
@@ -77,7 +80,7 @@ class SolverReport(BaseModel):
     table_entries: int
     search_space: int
     caps: list[str] = []
-    """Limits of the searched space that leave out allowed strategies (search_space.stated_caps):
+    """Limits of the searched space that leave out allowed strategies (reductions.stated_caps):
     the optimum is proven over the space inside them."""
 
 

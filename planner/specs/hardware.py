@@ -142,3 +142,41 @@ def overrides_from(values: dict[str, Any]) -> HardwareOverrides:
 def override_system(system: SystemSpec, values: dict[str, Any]) -> SystemSpec:
     """``system`` with the overrides found in ``values`` (``overrides_from``)."""
     return overrides_from(values).apply(system)
+
+
+SETTABLE_QUANTITIES = ("hbm", "offload-capacity", "offload-bandwidth", "scale-out-bandwidth")
+"""The quantities of planner.specs.quantities.QUANTITIES that are one number of a system file
+(``with_quantity`` sets them; the GPU count and the cost are not)."""
+
+
+def with_tier_capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:
+    """``system`` with memory tier ``tier`` (0: HBM) holding ``gib`` GiB per GPU.
+
+    Unlike ``HardwareOverrides.apply`` the name is kept and nothing is re-validated: this is
+    for the queries that probe hardware the user did not ask for (min-hardware's grid, a
+    diagnosis's fixes), not for a user's input."""
+    tiers = tuple(
+        t.model_copy(update={"capacity_gib": gib}) if i == tier else t
+        for i, t in enumerate(system.memory_tiers)
+    )
+    return system.model_copy(update={"memory_tiers": tiers})
+
+
+def with_quantity(system: SystemSpec, quantity: str, value: float) -> SystemSpec:
+    """``system`` with one of SETTABLE_QUANTITIES set to ``value``, as ``with_tier_capacity``
+    (name kept, not re-validated): ``hbm`` / ``offload-capacity`` the capacity of memory tier
+    0 / 1 (GiB per GPU), ``offload-bandwidth`` the bandwidth of memory tier 1 and
+    ``scale-out-bandwidth`` that of the last network tier (GB/s per GPU per direction)."""
+    if quantity == "hbm":
+        return with_tier_capacity(system, 0, value)
+    if quantity == "offload-capacity":
+        return with_tier_capacity(system, 1, value)
+    if quantity == "offload-bandwidth":
+        memory = list(system.memory_tiers)
+        memory[1] = memory[1].model_copy(update={"bandwidth_gbps": value})
+        return system.model_copy(update={"memory_tiers": tuple(memory)})
+    if quantity == "scale-out-bandwidth":
+        network = list(system.network_tiers)
+        network[-1] = network[-1].model_copy(update={"bandwidth_gbps": value})
+        return system.model_copy(update={"network_tiers": tuple(network)})
+    raise ValueError(f"{quantity!r} is not a system quantity; settable: {SETTABLE_QUANTITIES}")
