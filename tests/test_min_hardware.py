@@ -16,15 +16,11 @@ from constraints.variables import MAX_TABLE_ENTRIES
 from planner.cli import main
 from planner.cost.context import CostContext
 from planner.cost.memory import memory_floor_gpus
+from planner.queries.bandwidth import bandwidth_grid, with_bandwidth_levels
 from planner.queries.evaluate import as_model, as_system, evaluate
-from planner.queries.min_hardware import (
-    _up_to_4_digits,
-    bandwidth_grid,
-    gpu_seconds_floor,
-    min_hardware,
-    pareto,
-    with_bandwidth_levels,
-)
+from planner.queries.gpu_count import gpu_seconds_floor
+from planner.queries.min_hardware import min_hardware
+from planner.queries.pareto import _up_to_4_digits, pareto
 from planner.queries.plan import Plan, plan
 from planner.space.search_space import build_search_space
 from planner.specs import JobSpec, Strategy
@@ -605,7 +601,7 @@ def test_a_conflict_only_diagnosis_says_no_fix_was_searched(
 def test_a_count_whose_plan_ran_out_leaves_the_answer_unproven(monkeypatch) -> None:
     """A count whose plan ran out of work is neither refuted nor skipped: the least count
     found after it is the answer, not proven, and the count is listed as unrefuted."""
-    import planner.queries.min_hardware as module
+    import planner.queries.hardware_query as module
 
     sys = system()
     fastest_on_8 = plan(MODEL, sys, JOB, 8, diagnose=False).estimate.step_time_s
@@ -668,7 +664,7 @@ def test_the_memory_floor_is_below_every_count_that_fits(hbm_gib: float) -> None
 def test_a_sweep_shares_one_work_budget(monkeypatch) -> None:
     """Issue 40: `--sweep ... --time-limit 5` ran 31-37 s, every query of the front with the
     whole limit. Each query now gets what the ones before it left."""
-    import planner.queries.min_hardware as module
+    import planner.queries.pareto as module
 
     calls: list[tuple[float, float]] = []
 

@@ -934,7 +934,8 @@ def _left(limit: float | None, spent: float) -> float | None:
 def run_min_hardware(args: argparse.Namespace, console: Console) -> int:
     from planner.cli import report
     from planner.queries.evaluate import as_model
-    from planner.queries.min_hardware import min_hardware, pareto
+    from planner.queries.min_hardware import min_hardware
+    from planner.queries.pareto import pareto
     from planner.space.search_space import parse_pin
 
     model, system = as_model(args.model), _system(args)
