@@ -70,3 +70,9 @@ def memory_unit_bytes(ceiling_bytes: float, layers: int, max_pp: int) -> float:
     worst = 2.0 * layers**2 * max_pp * ceiling_bytes / KIB
     doublings = max(0, math.ceil(math.log2(worst / MEMORY_PRODUCT_LIMIT))) if worst > 0 else 0
     return KIB * 2.0**doublings
+
+
+HARDWARE_KNOBS = {"offload_bw": "offload-bandwidth", "scale_out_bw": "scale-out-bandwidth"}
+"""Bandwidths a minimum-hardware query can make decisions, each with the system quantity it
+sets (planner.specs.hardware.with_quantity): the first offload tier's, and the scale-out (last)
+network tier's, per GPU per direction."""

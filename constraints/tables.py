@@ -13,6 +13,10 @@ always include tp and cp); for a free GPU count the table of n·X takes dp as on
 Either way no product of variables is needed, and the terms that depend on dp (DP
 communication, model state, the optimizer) are tabulated over (tp, cp, layout) with
 dp = N/(tp·cp·pp), or over (tp, cp, layout, dp); a layout fixes pp and the blocks per stage.
+
+Over 500 lines by design: one class (TableBuilder) builds every table of a problem over the same
+cached grids, units and hardware levels, one method per cost term (time terms, then memory);
+the integer scales (constraints.scales) and the grids (constraints.grid) live apart.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from constraints.grid import (
     make_grid,
 )
 from constraints.scales import (
+    HARDWARE_KNOBS,
     NEED_CAP_BYTES,
     TIME_CEILING_IDEAL_STEPS,
     UNITS_PER_IDEAL_STEP,
@@ -54,7 +59,8 @@ from planner.cost.memory import (
 from planner.cost.offload import activation_link_s, offloaded_share, weight_link_s
 from planner.cost.parallel_comm import dp_comm_times_s, group_spans, pp_message_s
 from planner.cost.step import block_pieces, optimizer_time_s
-from planner.specs import RECOMPUTE_CODES, SystemSpec
+from planner.specs import RECOMPUTE_CODES
+from planner.specs.hardware import with_quantity
 
 
 class TableBuilder:
@@ -121,7 +127,7 @@ class TableBuilder:
         ctx = self.ctx
         contexts = []
         for value in self.variables.space.hardware[knob]:
-            system = with_bandwidth(ctx.system, knob, value)
+            system = with_quantity(ctx.system, HARDWARE_KNOBS[knob], value)
             contexts.append(CostContext(ctx.model, system, ctx.job))
         return contexts
 
@@ -520,21 +526,3 @@ class TableBuilder:
         g = make_grid(self.variables, ("tp", "cp", "micro_batch"))
         local_mb = g["micro_batch"] / g["cp"]
         return self.memory("logits", g, logits_bytes(self.ctx, g["tp"], local_mb))
-
-
-HARDWARE_KNOBS = ("offload_bw", "scale_out_bw")
-"""Bandwidths a minimum-hardware query can make decisions: the first offload tier's, and the
-scale-out (last) network tier's, per GPU per direction."""
-
-
-def with_bandwidth(system: SystemSpec, knob: str, gbps: float) -> SystemSpec:
-    """The system with the bandwidth a hardware knob stands for set to ``gbps``."""
-    if knob not in HARDWARE_KNOBS:
-        raise ValueError(f"unknown hardware knob {knob!r}; allowed: {HARDWARE_KNOBS}")
-    if knob == "offload_bw":
-        tiers = list(system.memory_tiers)
-        tiers[1] = tiers[1].model_copy(update={"bandwidth_gbps": gbps})
-        return system.model_copy(update={"memory_tiers": tuple(tiers)})
-    tiers = list(system.network_tiers)
-    tiers[-1] = tiers[-1].model_copy(update={"bandwidth_gbps": gbps})
-    return system.model_copy(update={"network_tiers": tuple(tiers)})

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraints import build_plan_model
-from constraints.tables import with_bandwidth
 from constraints.target import PerformanceTarget
 from constraints.variables import MAX_TABLE_ENTRIES
 from planner.cli import main
@@ -24,6 +23,7 @@ from planner.queries.pareto import _up_to_4_digits, pareto
 from planner.queries.plan import Plan, plan
 from planner.space.search_space import build_search_space
 from planner.specs import JobSpec, Strategy
+from planner.specs.hardware import with_quantity, with_tier_capacity
 from tests.conftest import gpt_model, simple_system
 
 MODEL = gpt_model(hidden=1024, layers=8, heads=16, ffn_hidden=4096, seq_len=1024)
@@ -93,7 +93,7 @@ def test_least_bandwidth_on_its_grid(quantity, knob) -> None:
     sys = system(1.0)
     gpus = 16
     infinite = plan(
-        MODEL, with_bandwidth(sys, knob, 1e5), JOB, gpus, diagnose=False
+        MODEL, with_quantity(sys, quantity, 1e5), JOB, gpus, diagnose=False
     ).estimate.step_time_s
     target = PerformanceTarget(max_step_s=infinite / 0.8)
     result = min_hardware(
@@ -102,9 +102,9 @@ def test_least_bandwidth_on_its_grid(quantity, knob) -> None:
     assert result.status == "optimal" and result.minimum is not None
     grid = bandwidth_grid(0.5, 500)
     level = grid.index(result.minimum.value)
-    assert feasible(with_bandwidth(sys, knob, grid[level]), gpus, target)
+    assert feasible(with_quantity(sys, quantity, grid[level]), gpus, target)
     for lower in grid[:level]:
-        assert not feasible(with_bandwidth(sys, knob, lower), gpus, target), lower
+        assert not feasible(with_quantity(sys, quantity, lower), gpus, target), lower
 
 
 def test_least_cost_matches_exhaustive_search() -> None:
@@ -190,14 +190,6 @@ def test_cli_bad_requests(capsys: pytest.CaptureFixture[str], argv, needle) -> N
     assert needle in capsys.readouterr().err
 
 
-def _with_tier_capacity(sys, tier: int, gib: float):
-    tiers = [
-        t.model_copy(update={"capacity_gib": gib}) if i == tier else t
-        for i, t in enumerate(sys.memory_tiers)
-    ]
-    return sys.model_copy(update={"memory_tiers": tuple(tiers)})
-
-
 def _minimum_is_exact(model, sys, job, gpus, quantity, target) -> None:
     """plan at the reported minimum meets the goal; one grid step below it does not."""
     tier, step = (0, 0.1) if quantity == "hbm" else (1, 1.0)
@@ -207,12 +199,12 @@ def _minimum_is_exact(model, sys, job, gpus, quantity, target) -> None:
         return
     value = result.minimum.value
     at = plan(
-        model, _with_tier_capacity(sys, tier, value), job, gpus, target=target, diagnose=False
+        model, with_tier_capacity(sys, tier, value), job, gpus, target=target, diagnose=False
     )
     assert at.strategy is not None, (quantity, value)
     below = round(value - step, 6)
     if below >= (step if quantity == "hbm" else 0.0):  # the grids' lowest: 0.1 / 0 GiB
-        under = _with_tier_capacity(sys, tier, below)
+        under = with_tier_capacity(sys, tier, below)
         assert plan(model, under, job, gpus, target=target, diagnose=False).strategy is None
         assert result.minimum.below_value == below
 

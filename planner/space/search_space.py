@@ -141,7 +141,7 @@ class SearchSpace:
     max_gpus: int = 0
     gpu_multiple: int = 1
     hardware: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    """Hardware knobs made decisions (constraints.tables.HARDWARE_KNOBS): name → the grid of
+    """Hardware knobs made decisions (constraints.scales.HARDWARE_KNOBS): name → the grid of
     values; its one-hot knob in ``domains`` ranges over the grid's indices."""
     layouts: tuple[Layout, ...] = ()
     """The stage layouts the ``layout`` knob indexes."""
