@@ -9,7 +9,7 @@ import yaml
 
 import hardware_catalog
 from planner.accuracy.validation import load_dataset, resolve
-from planner.cli.report import flatten, source_for
+from planner.cli.catalog_report import flatten, source_for
 from planner.errors import InputError
 from planner.specs import ModelSpec, StackProfile, SystemSpec
 from planner.specs import limits as lim

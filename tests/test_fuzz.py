@@ -393,9 +393,9 @@ def test_a_plan_past_the_solvers_time_range_is_an_input_error(
 
 def test_json_answers_hold_no_infinity(capsys: pytest.CaptureFixture[str]) -> None:
     """What --json prints is strict JSON: a non-finite number, at any depth, is null."""
-    from planner.cli import _print_json
+    from planner.cli.output import print_json
 
-    _print_json({"step_time_s": float("inf"), "rows": [{"mfu": float("nan")}, 1.5], "n": 3})
+    print_json({"step_time_s": float("inf"), "rows": [{"mfu": float("nan")}, 1.5], "n": 3})
     printed = json.loads(capsys.readouterr().out, parse_constant=_not_json)
     assert printed == {"step_time_s": None, "rows": [{"mfu": None}, 1.5], "n": 3}
 
@@ -406,7 +406,8 @@ def test_a_non_finite_step_time_is_an_input_error_not_an_answer() -> None:
     validation), the estimate refuses the infinite step time it gives."""
     from planner.cost.context import CostContext
     from planner.cost.estimate import build_estimate
-    from planner.cost.step import Knobs, evaluate_terms
+    from planner.cost.knobs import Knobs
+    from planner.cost.step import evaluate_terms
     from planner.errors import InputError
     from planner.specs import JobSpec, StackProfile
 

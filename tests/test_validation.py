@@ -294,9 +294,9 @@ def test_long_commands_report_progress_on_stderr(
 ) -> None:
     """Past PROGRESS_AFTER_S (here 0) calibrate and cross-validate print progress lines on
     stderr; stdout stays the answer (JSON with --json)."""
-    import planner.cli
+    import planner.cli.output
 
-    monkeypatch.setattr(planner.cli, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(planner.cli.output, "PROGRESS_AFTER_S", 0.0)
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump(_three_sources().model_dump(mode="json")))
     argv = ["calibrate", "--dataset", str(path), "--stack", "megatron-core"]

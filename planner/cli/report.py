@@ -1,5 +1,7 @@
-"""Rich tables for the terminal: catalog listings, a strategy, its step-time breakdown and its
-memory per tier."""
+"""Rich tables for the terminal of the planning queries' answers: a strategy, its step-time
+breakdown and its memory per tier (evaluate), a plan and its alternatives, a diagnosis, the least
+hardware and its Pareto front, and the launch configurations read or emitted. The catalog's
+tables are in catalog_report, the accuracy commands' in accuracy_report."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from planner.specs import ModelSpec, StackProfile, Strategy, SystemSpec
+from planner.specs import ModelSpec, Strategy, SystemSpec
 
 if TYPE_CHECKING:
     from planner.cost.estimate import Estimate
@@ -31,126 +33,11 @@ BREAKDOWN_LABELS = {
 }
 
 
-def systems_table(systems: list[SystemSpec]) -> Table:
-    table = Table(title="Systems", title_justify="left")
-    table.add_column("name", no_wrap=True)
-    for column in (
-        "accelerator",
-        "bf16 TFLOP/s",
-        "HBM GiB",
-        "HBM GB/s",
-        "offload",
-        "scale-up",
-        "scale-out GB/s",
-        "max GPUs",
-    ):
-        table.add_column(column, justify="left" if column == "accelerator" else "right")
-    for s in systems:
-        offload = (
-            ", ".join(
-                f"{t.capacity_gib:g} GiB @ {t.bandwidth_gbps:g} GB/s" for t in s.offload_tiers
-            )
-            or "-"
-        )
-        up = s.network_tiers[0]
-        scale_up = f"{up.domain_gpus or 'all'} × {up.bandwidth_gbps:g} GB/s"
-        table.add_row(
-            s.name,
-            s.accelerator.name,
-            f"{s.accelerator.peak_tflops['bf16']:g}",
-            f"{s.hbm.capacity_gib:g}",
-            f"{s.hbm.bandwidth_gbps:g}",
-            offload,
-            scale_up,
-            f"{s.network_tiers[-1].bandwidth_gbps:g}",
-            str(s.max_gpus or "-"),
-        )
-    return table
-
-
-def models_table(models: list[ModelSpec]) -> Table:
-    table = Table(title="Models", title_justify="left")
-    table.add_column("name", no_wrap=True)
-    for column in ("params", "hidden", "layers", "heads", "kv", "ffn", "kind", "vocab", "seq"):
-        table.add_column(column, justify="left" if column == "kind" else "right")
-    for m in sorted(models, key=lambda m: m.params):
-        table.add_row(
-            m.name,
-            format_params(m.params),
-            str(m.hidden),
-            str(m.layers),
-            str(m.heads),
-            str(m.kv_heads),
-            str(m.ffn_hidden),
-            m.ffn_kind,
-            str(m.vocab),
-            str(m.seq_len),
-        )
-    return table
-
-
-def stacks_table(stacks: list[StackProfile]) -> Table:
-    """The training-stack profiles: efficiencies relative to the raw kernels, overlaps."""
-    table = Table(title="Training stacks", title_justify="left")
-    table.add_column("name", no_wrap=True)
-    for column in ("GEMM", "attention", "mem-bound", "layer µs", "overlaps", "grads"):
-        table.add_column(column, justify="left" if column in ("attention", "overlaps") else "right")
-    for s in stacks:
-        overlaps = [k for k in ("dp", "tp", "pp", "ep") if getattr(s, f"{k}_overlap")]
-        table.add_row(
-            s.name,
-            f"{s.gemm_efficiency:.3g}",
-            f"{s.attention_kernel} × {s.attention_efficiency:.3g}",
-            f"{s.memory_bound_efficiency:.3g}",
-            f"{s.layer_overhead_us:.3g}",
-            ", ".join(overlaps) or "-",
-            s.grad_dtype,
-        )
-    return table
-
-
 def format_params(params: float) -> str:
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
         if params >= scale:
             return f"{params / scale:.3g}{suffix}"
     return f"{params:.0f}"
-
-
-def spec_table(title: str, data: dict, sources: dict[str, str]) -> Table:
-    """Every field of a spec, flattened, with the source that covers it."""
-    table = Table(title=title, title_justify="left", show_lines=False)
-    table.add_column("field", no_wrap=True)
-    table.add_column("value", justify="right")
-    table.add_column("source", overflow="fold")
-    for path, value in flatten(data):
-        table.add_row(path, str(value), source_for(path, sources))
-    return table
-
-
-def flatten(data: object, prefix: str = "") -> list[tuple[str, object]]:
-    """(dotted path, leaf value) pairs; list items as ``name[i]``."""
-    if isinstance(data, dict):
-        rows: list[tuple[str, object]] = []
-        for key, value in data.items():
-            if key in ("sources", "aliases", "description", "name") and not prefix:
-                continue
-            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key))
-        return rows
-    if isinstance(data, list | tuple) and data and isinstance(data[0], dict):
-        rows = []
-        for index, item in enumerate(data):
-            rows += flatten(item, f"{prefix}[{index}]")
-        return rows
-    return [(prefix, data)]
-
-
-def source_for(path: str, sources: dict[str, str]) -> str:
-    """The source whose key (a comma-separated list of paths) names ``path`` or a prefix of it."""
-    for keys, text in sources.items():
-        for key in (k.strip() for k in keys.split(",")):
-            if path == key or path.startswith(key + ".") or path.startswith(key + "["):
-                return text
-    return ""
 
 
 def strategy_table(strategy: Strategy) -> Table:
@@ -326,79 +213,6 @@ def print_plan(
             f"[yellow]{len(result.alternatives)} ranks:[/] "
             f"{limit_text(solver.ranks_stopped_by, solver)} ran out before the rest."
         )
-
-
-def print_validation(console: Console, result) -> None:
-    """Predicted vs measured per run, then mean and worst error per group and overall."""
-    table = Table(title="Predicted vs measured step time", title_justify="left")
-    table.add_column("run", no_wrap=True)
-    table.add_column("GPUs", justify="right")
-    table.add_column("strategy", min_width=24, overflow="fold")
-    for column in ("measured s", "predicted s", "error", "MFU meas", "MFU pred"):
-        table.add_column(column, justify="right")
-    for r in result.runs:
-        table.add_row(
-            r.id,
-            str(r.gpus),
-            r.strategy,
-            f"{r.measured_step_time_s:.4g}",
-            f"{r.predicted_step_time_s:.4g}",
-            f"{r.error:+.1%}",
-            f"{r.measured_mfu:.1%}",
-            f"{r.predicted_mfu:.1%}",
-        )
-    console.print(table)
-    summary = Table(title="Absolute step-time error", title_justify="left")
-    for column in ("group", "runs", "mean", "worst"):
-        summary.add_column(column, justify="left" if column == "group" else "right")
-    for g in [*result.groups, result.overall]:
-        summary.add_row(g.group, str(g.runs), f"{g.mean_abs_error:.1%}", f"{g.worst_abs_error:.1%}")
-    console.print(summary)
-
-
-def print_cross_validation(console: Console, result) -> None:
-    """Leave-one-source-out error per source, what each fold was fitted on, and overall."""
-    table = Table(title="Cross-validated step-time error (leave one source out)")
-    for column in ("left out", "runs", "mean", "worst", "calibrated on"):
-        table.add_column(column, justify="right" if column in ("runs", "mean", "worst") else "left")
-    for fold in result.folds:
-        s = fold.summary
-        fitted = "; ".join(f"{k}: {v}" for k, v in fold.calibrated_on.items())
-        table.add_row(
-            fold.source, str(s.runs), f"{s.mean_abs_error:.1%}", f"{s.worst_abs_error:.1%}", fitted
-        )
-    o, i = result.overall, result.in_sample
-    table.add_row(
-        "[bold]all", str(o.runs), f"{o.mean_abs_error:.1%}", f"{o.worst_abs_error:.1%}", ""
-    )
-    console.print(table)
-    console.print(
-        f"in-sample (catalog profiles, fitted on every run): mean {i.mean_abs_error:.1%}, "
-        f"worst {i.worst_abs_error:.1%}"
-    )
-
-
-def print_calibration(
-    console: Console, stack: str, before: dict, after: dict, runs, written: str | None
-) -> None:
-    table = Table(title=f"Calibrated parameters of stack {stack}", title_justify="left")
-    table.add_column("parameter")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
-    for name, value in after.items():
-        table.add_row(name, f"{before[name]:.4g}", f"{value:.4g}")
-    console.print(table)
-    errors = Table(title="Step-time error after calibration", title_justify="left")
-    errors.add_column("run")
-    errors.add_column("error", justify="right")
-    for r in runs:
-        errors.add_row(r.id, f"{r.error:+.1%}")
-    console.print(errors)
-    mean = sum(abs(r.error) for r in runs) / len(runs)
-    worst = max(abs(r.error) for r in runs)
-    console.print(f"{len(runs)} runs: mean absolute error {mean:.1%}, worst {worst:.1%}")
-    if written:
-        console.print(f"calibrated stack profile written to {written}")
 
 
 def print_diagnosis(console: Console, result) -> None:

@@ -1,0 +1,125 @@
+"""Rich tables of the built-in catalogs (planner catalog): the systems, models and training
+stacks, and one spec's fields with their sources. Apart from report, which renders the planning
+queries' answers."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from planner.cli.report import format_params
+from planner.specs import ModelSpec, StackProfile, SystemSpec
+
+
+def systems_table(systems: list[SystemSpec]) -> Table:
+    table = Table(title="Systems", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    for column in (
+        "accelerator",
+        "bf16 TFLOP/s",
+        "HBM GiB",
+        "HBM GB/s",
+        "offload",
+        "scale-up",
+        "scale-out GB/s",
+        "max GPUs",
+    ):
+        table.add_column(column, justify="left" if column == "accelerator" else "right")
+    for s in systems:
+        offload = (
+            ", ".join(
+                f"{t.capacity_gib:g} GiB @ {t.bandwidth_gbps:g} GB/s" for t in s.offload_tiers
+            )
+            or "-"
+        )
+        up = s.network_tiers[0]
+        scale_up = f"{up.domain_gpus or 'all'} × {up.bandwidth_gbps:g} GB/s"
+        table.add_row(
+            s.name,
+            s.accelerator.name,
+            f"{s.accelerator.peak_tflops['bf16']:g}",
+            f"{s.hbm.capacity_gib:g}",
+            f"{s.hbm.bandwidth_gbps:g}",
+            offload,
+            scale_up,
+            f"{s.network_tiers[-1].bandwidth_gbps:g}",
+            str(s.max_gpus or "-"),
+        )
+    return table
+
+
+def models_table(models: list[ModelSpec]) -> Table:
+    table = Table(title="Models", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    for column in ("params", "hidden", "layers", "heads", "kv", "ffn", "kind", "vocab", "seq"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for m in sorted(models, key=lambda m: m.params):
+        table.add_row(
+            m.name,
+            format_params(m.params),
+            str(m.hidden),
+            str(m.layers),
+            str(m.heads),
+            str(m.kv_heads),
+            str(m.ffn_hidden),
+            m.ffn_kind,
+            str(m.vocab),
+            str(m.seq_len),
+        )
+    return table
+
+
+def stacks_table(stacks: list[StackProfile]) -> Table:
+    """The training-stack profiles: efficiencies relative to the raw kernels, overlaps."""
+    table = Table(title="Training stacks", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    for column in ("GEMM", "attention", "mem-bound", "layer µs", "overlaps", "grads"):
+        table.add_column(column, justify="left" if column in ("attention", "overlaps") else "right")
+    for s in stacks:
+        overlaps = [k for k in ("dp", "tp", "pp", "ep") if getattr(s, f"{k}_overlap")]
+        table.add_row(
+            s.name,
+            f"{s.gemm_efficiency:.3g}",
+            f"{s.attention_kernel} × {s.attention_efficiency:.3g}",
+            f"{s.memory_bound_efficiency:.3g}",
+            f"{s.layer_overhead_us:.3g}",
+            ", ".join(overlaps) or "-",
+            s.grad_dtype,
+        )
+    return table
+
+
+def spec_table(title: str, data: dict, sources: dict[str, str]) -> Table:
+    """Every field of a spec, flattened, with the source that covers it."""
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", justify="right")
+    table.add_column("source", overflow="fold")
+    for path, value in flatten(data):
+        table.add_row(path, str(value), source_for(path, sources))
+    return table
+
+
+def flatten(data: object, prefix: str = "") -> list[tuple[str, object]]:
+    """(dotted path, leaf value) pairs; list items as ``name[i]``."""
+    if isinstance(data, dict):
+        rows: list[tuple[str, object]] = []
+        for key, value in data.items():
+            if key in ("sources", "aliases", "description", "name") and not prefix:
+                continue
+            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return rows
+    if isinstance(data, list | tuple) and data and isinstance(data[0], dict):
+        rows = []
+        for index, item in enumerate(data):
+            rows += flatten(item, f"{prefix}[{index}]")
+        return rows
+    return [(prefix, data)]
+
+
+def source_for(path: str, sources: dict[str, str]) -> str:
+    """The source whose key (a comma-separated list of paths) names ``path`` or a prefix of it."""
+    for keys, text in sources.items():
+        for key in (k.strip() for k in keys.split(",")):
+            if path == key or path.startswith(key + ".") or path.startswith(key + "["):
+                return text
+    return ""

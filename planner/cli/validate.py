@@ -1,0 +1,59 @@
+"""`planner validate`: predicted vs measured step time of real training runs, or
+leave-one-source-out cross-validation."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from planner.cli.options import whole
+from planner.cli.output import EXIT_OK, print_json, slow_progress
+from planner.specs import limits as lim
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `validate` command's parser, under ``commands``."""
+    validate_cmd = commands.add_parser(
+        "validate", help="predicted vs measured step time of real training runs"
+    )
+    validate_cmd.add_argument(
+        "--dataset", help="YAML/JSON file of runs (default: the bundled published runs)"
+    )
+    validate_cmd.add_argument("--json", action="store_true")
+
+    validate_cmd.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="leave one source out: calibrate on the others, predict it (per source, overall)",
+    )
+    validate_cmd.add_argument(
+        "--jobs",
+        type=whole(1, lim.MAX_JOBS),
+        help="with --cross-validate: folds fitted in this many processes, the same answer "
+        "(default: one per CPU)",
+    )
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """`planner validate` with the parsed ``args``; its exit code."""
+    from planner.accuracy.cross_validation import cross_validate
+    from planner.accuracy.validation import load_dataset, validate
+    from planner.cli import accuracy_report
+
+    dataset = load_dataset(args.dataset)
+    if args.cross_validate:
+        jobs = args.jobs or os.cpu_count() or 1
+        result = cross_validate(dataset, jobs=jobs, progress=slow_progress("validate"))
+    else:
+        result = validate(dataset)
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    elif args.cross_validate:
+        accuracy_report.print_cross_validation(console, result)
+    else:
+        accuracy_report.print_validation(console, result)
+    return EXIT_OK
