@@ -762,3 +762,72 @@ def test_plan_emit_out_of_work_is_unknown(
         assert any(c.startswith("--emit torchtitan: ") for c in payload["solver"]["caps"])
     else:
         assert "No answer within" in out and "launch configuration" not in out
+
+
+MULTI_NODE = Strategy(tp=8, pp=4, dp=16, recompute="selective", sequence_parallel=True,
+                      zero_stage=3)  # fmt: skip
+"""512 GPUs: 64 nodes of 8 on dgx-h100."""
+
+
+@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+def test_launch_lines_on_many_nodes_start_every_node(fmt: str) -> None:
+    """Issue 37: 512 GPUs is 64 nodes, so the launch is torchrun with --nnodes 64 and a c10d
+    rendezvous (the same line on every node) or NeMo-Run's Slurm executor, never one torchrun
+    of 512 processes (``NGPU=512 ./run_train.sh``); and it reads back as the same strategy."""
+    model, system = as_model("llama3-70b"), as_system("dgx-h100")
+    emitted = launch.emit(fmt, model, system, JobSpec(global_batch=1024), MULTI_NODE)
+    assert "NGPU=512" not in emitted.text and "nproc-per-node 512" not in emitted.text
+    if fmt == "nemo":
+        assert "nodes=64, ntasks_per_node=8" in emitted.text and "num_nodes: 64" in emitted.text
+    else:
+        rendezvous = "--rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500"
+        assert f"torchrun --nnodes 64 --nproc-per-node 8 --rdzv-id planner {rendezvous}" in (
+            emitted.text
+        )
+        assert "srun --nodes 64 --ntasks-per-node 1 " in emitted.text
+    back = launch.read(fmt, emitted.text, system)
+    assert back.strategy == MULTI_NODE
+    one_node = MULTI_NODE.model_copy(update={"pp": 1, "dp": 1})
+    single = launch.emit(fmt, model, system, JobSpec(global_batch=8), one_node).text
+    assert "rdzv" not in single and "srun" not in single and "SlurmExecutor" not in single
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "srun --nodes 64 --ntasks-per-node 1 torchrun --nnodes 64 --nproc-per-node 8 "
+        "--rdzv-id 101 --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500",
+        "torchrun --nproc_per_node 8 --nnodes 64 --node_rank $NODE_RANK --master_addr "
+        "$MASTER_ADDR --master_port 6000",
+        "MASTER_ADDR=node0 torchrun --nnodes=64 --nproc-per-node=8",
+    ],
+    ids=["srun-c10d", "megatron-example", "env-and-equals"],
+)
+def test_megatron_reads_multi_node_launchers(launcher: str) -> None:
+    """The GPU count comes from the multi-node launcher forms: srun before torchrun, Megatron's
+    examples' --node_rank/--master_addr, an environment assignment, --flag=value."""
+    text = launch.emit(
+        "megatron", as_model("llama3-70b"), as_system("dgx-h100"), JobSpec(global_batch=1024),
+        MULTI_NODE,
+    ).text
+    body = text[text.index("pretrain_gpt.py"):]
+    back = launch.read("megatron", f"{launcher} {body}", as_system("dgx-h100"))
+    assert back.strategy == MULTI_NODE
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b", "gpt3-1.3b"])
+def test_torchtitan_refuses_gpt_models_naming_what_it_lacks(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPT-3 (GELU, LayerNorm) is no Llama flavor: no `name = "llama3" flavor = "gpt3-175b"`,
+    but one line naming the family torchtitan lacks and the formats that have it."""
+    argv = ["evaluate", "--model", name, "--system", "dgx-h100", "--gpus", "8",
+            "--global-batch", "8", "--tp", "8", "--emit", "torchtitan"]  # fmt: skip
+    assert main(argv) == BAD
+    out, err = capsys.readouterr()
+    assert 'name = "llama3"' not in out and err.count("\n") == 1
+    assert "GPT-style" in err and "GELU" in err and "--emit megatron" in err
+    with pytest.raises(InputError, match="GPT-style"):
+        launch.format_module("torchtitan").restriction(
+            as_model(name), as_system("dgx-h100"), JobSpec(global_batch=8)
+        )

@@ -87,12 +87,15 @@ from planner.launch.common import (
     host_offloads,
     in_range,
     megatron_core_restriction,
+    multi_node_comments,
+    node_layout,
     place_on_host,
     positive,
     read_experts,
     read_latent_attention,
     read_offload_fraction,
     shown,
+    torchrun,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 from planner.specs import limits as lim
@@ -186,7 +189,10 @@ def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restricti
 
 
 def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:
-    """The plan as a ``torchrun ... pretrain_gpt.py`` command line."""
+    """The plan as a ``torchrun ... pretrain_gpt.py`` command line: on many nodes with a c10d
+    rendezvous at $MASTER_ADDR, the same line on every node (Megatron-LM's
+    examples/gpt3/train_gpt3_175b_distributed.sh passes --nnodes and --master_addr the same
+    way), and the Slurm lines that start it there."""
     s = strategy
     notes: list[str] = []
     flags: list[tuple[str, object]] = [
@@ -251,7 +257,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     backend = "flash" if job.attention == "flash" else "unfused"
     flags.append((FLAGS["attention"], backend))
     per_node = system.gpus_per_node
-    nodes, nproc = (s.gpus // per_node, per_node) if s.gpus % per_node == 0 else (1, s.gpus)
+    nodes, nproc = node_layout(s.gpus, per_node)
     if s.gpus % per_node:
         notes.append(
             f"gpus: {s.gpus} is not a whole number of {per_node}-GPU nodes; the command runs "
@@ -262,7 +268,8 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         f"# planner strategy: {s.describe()}",
         f"# flags as in {VERSION}; add the data, tokenizer and optimizer flags",
         *(f"# note: {note}" for note in notes),
-        f"torchrun --nnodes {nodes} --nproc-per-node {nproc} pretrain_gpt.py \\",
+        *multi_node_comments(nodes, nproc, "bash <this file>"),
+        f"{torchrun(nodes, nproc)} pretrain_gpt.py \\",
     ]
     body = [f"    {flag}" if value is None else f"    {flag} {value}" for flag, value in flags]
     lines += [line + " \\" for line in body[:-1]] + body[-1:]

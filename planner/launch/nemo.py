@@ -64,6 +64,7 @@ from planner.launch.common import (
     finite,
     host_offloads,
     megatron_core_restriction,
+    node_layout,
     place_on_host,
     positive,
     read_experts,
@@ -171,7 +172,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     s = strategy
     notes: list[str] = []
     per_node = system.gpus_per_node
-    nodes, devices = (s.gpus // per_node, per_node) if s.gpus % per_node == 0 else (1, s.gpus)
+    nodes, devices = node_layout(s.gpus, per_node)
     values: dict[str, object] = {
         KEYS["nodes"]: nodes,
         KEYS["devices"]: devices,
@@ -259,9 +260,27 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         f"# planner strategy: {s.describe()}",
         f"# keys as in {VERSION}; apply to {base} (recipe.<key> = value, or key=value on the CLI)",
         *(f"# note: {note}" for note in notes),
+        *_multi_node(recipe, nodes, devices),
     ]
     body = yaml.dump(_nest(values), Dumper=_Dumper, sort_keys=False, width=100)
     return LaunchConfig(format=FORMAT, text="\n".join(header) + "\n" + body, notes=notes)
+
+
+def _multi_node(recipe: str | None, nodes: int, devices: int) -> list[str]:
+    """How the recipe runs on ``nodes`` nodes: NeMo-Run's Slurm executor, one task per GPU, as
+    NeMo's scripts/llm/pretraining.py --slurm builds it (at 8cfedd7203)."""
+    if nodes == 1:
+        return []
+    factory = f"llm.{recipe}.pretrain_recipe" if recipe else "your pretrain recipe"
+    return [
+        f"# {nodes} nodes × {devices} GPUs under Slurm, with NeMo-Run (as NeMo's "
+        "scripts/llm/pretraining.py --slurm):",
+        f"#   recipe = {factory}(num_nodes={nodes}, num_gpus_per_node={devices}); set the keys "
+        "below on it",
+        f"#   executor = run.SlurmExecutor(account=..., partition=..., nodes={nodes}, "
+        f"ntasks_per_node={devices}, gpus_per_node={devices}, exclusive=True, mem=\"0\")",
+        "#   run.run(recipe, executor=executor)",
+    ]
 
 
 class _Dumper(yaml.SafeDumper):

@@ -64,8 +64,11 @@ from planner.launch.common import (
     host_offloads,
     host_tier,
     in_range,
+    multi_node_comments,
+    node_layout,
     positive,
     shown,
+    torchrun,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 from planner.specs import limits as lim
@@ -160,9 +163,18 @@ def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restricti
 
 
 def _flavor(model: ModelSpec) -> tuple[str, str] | None:
-    """The torchtitan flavor of ``model``; None for a dense model that has none (its shape
-    must be added to llama3_args); an InputError for a MoE or latent-attention one."""
+    """The torchtitan flavor of ``model``; None for a dense SwiGLU model that has none (a
+    Llama-3 shape, to be added to llama3_args); an InputError for a GELU (GPT-style) model,
+    whose family torchtitan lacks, and for a MoE or latent-attention one."""
     flavor = next((key for key, name in FLAVORS.items() if name == model.name), None)
+    if flavor is None and model.ffn_kind != "swiglu":
+        raise InputError(
+            f"--emit torchtitan: model {model.name!r} is a GPT-style model (ffn_kind = "
+            f"{model.ffn_kind}: a GELU FFN with LayerNorm and learned positions); torchtitan "
+            f"{VERSION.split(' @')[0].removeprefix('torchtitan ')} has no such model family (its "
+            "dense ones, llama3 and qwen3, are SwiGLU, RMSNorm and RoPE); allowed: --emit "
+            "megatron, --emit nemo"
+        )
     if flavor is None and (model.is_moe or model.is_latent_attention):
         kind = "mixture-of-experts" if model.is_moe else "latent-attention"
         raise InputError(
@@ -181,8 +193,8 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     if flavor is None:
         flavor = ("llama3", model.name)
         notes.append(
-            f"model: {model.name} is not a torchtitan flavor (llama3 8B, 70B, 405B); add it to "
-            "llama3_args in Python, flavor name as here"
+            f"model: {model.name} is not a torchtitan flavor (llama3 8B, 70B, 405B); a Llama-3 "
+            "shape (SwiGLU, RMSNorm, RoPE): add it to llama3_args in Python, flavor name as here"
         )
     if job.attention != "flash":
         notes.append("attention = materialized: torchtitan runs SDPA/flex attention (flash)")
@@ -253,12 +265,34 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     lines = [
         f"# torchtitan job config: {model.name} on {s.gpus} GPUs of {system.name}",
         f"# planner strategy: {s.describe()}",
-        f"# keys as in {VERSION}; run with NGPU={s.gpus} CONFIG_FILE=<this file> ./run_train.sh",
+        f"# keys as in {VERSION}",
         *(f"# note: {note}" for note in notes),
+        *_launch_lines(s.gpus, system.gpus_per_node),
     ]
     for name, values in sections.items():
         lines += ["", f"[{name}]"] + [f"{key} = {_toml(value)}" for key, value in values.items()]
     return LaunchConfig(format=FORMAT, text="\n".join(lines) + "\n", notes=notes)
+
+
+def _launch_lines(gpus: int, per_node: int) -> list[str]:
+    """How to run the file: on one node torchtitan's run_train.sh (NGPU processes, one
+    torchrun); on many, the torchrun line of its multinode_trainer.slurm (v0.2.2: c10d
+    rendezvous at the first node, -m torchtitan.train --job.config_file), the same on every
+    node."""
+    nodes, nproc = node_layout(gpus, per_node)
+    if nodes == 1:
+        lines = [f"# run on one node: NGPU={nproc} CONFIG_FILE=<this file> ./run_train.sh"]
+        if gpus > per_node:
+            lines.append(
+                f"# note: gpus: {gpus} is not a whole number of {per_node}-GPU nodes; adapt "
+                "--nnodes/--nproc-per-node of multinode_trainer.slurm"
+            )
+        return lines
+    command = f"{torchrun(nodes, nproc)} -m torchtitan.train --job.config_file <this file>"
+    return [
+        *multi_node_comments(nodes, nproc, command),
+        f"#   (on each node without Slurm: {command})",
+    ]
 
 
 def _toml(value: object) -> str:

@@ -1,7 +1,10 @@
 # Megatron-LM arguments: gpt3-175b on 1024 GPUs of dgx-a100-80g
 # planner strategy: tp=8 pp=16 dp=8 mb=1 v=2 selective+SP
 # flags as in Megatron-LM main @ d98e8a64dd (2026-08-22); add the data, tokenizer and optimizer flags
-torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py \
+# 128 nodes × 8 GPUs: run the torchrun line on every node, MASTER_ADDR the first node's address; under Slurm (sbatch --nodes 128 --ntasks-per-node 1 --gpus-per-node 8):
+#   export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)
+#   srun --nodes 128 --ntasks-per-node 1 bash <this file>
+torchrun --nnodes 128 --nproc-per-node 8 --rdzv-id planner --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 pretrain_gpt.py \
     --num-layers 96 \
     --hidden-size 12288 \
     --ffn-hidden-size 49152 \
