@@ -54,15 +54,18 @@ def plan_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
 def test_bar_charts_have_one_bar_per_row_with_unique_labels(
     plan_rows: tuple[Path, list[dict]], kind: str
 ) -> None:
+    """Issue 37: a panel per model and combination of the other axes but one (the GPU count),
+    whose values label the bars: 2 bars a panel, not 12 (or 40-168) unreadable ones."""
     out, rows = plan_rows
     drawn = chart(out, kind)
     bars = [bar for panel in drawn.panels for bar in panel.bars]
     assert sorted(bar.row_id for bar in bars) == sorted(row["id"] for row in rows)
-    assert [p.title for p in drawn.panels] == ["gpt3-1.3b", "llama2-7b"]
+    assert len(drawn.panels) == 12 and drawn.columns == 4
     for panel in drawn.panels:
-        labels = [bar.label for bar in panel.bars]
-        assert len(labels) == len(set(labels)) == 12
-        assert all("h100-offload-512g" not in text and "batch" not in text for text in labels)
+        assert panel.title.split("\n")[0] in ("gpt3-1.3b", "llama2-7b")
+        assert [bar.label for bar in panel.bars] == ["8", "16"] and panel.xlabel == "GPUs"
+        assert "GPUs" not in panel.title and "HBM" in panel.title
+        assert panel.ylim == drawn.panels[0].ylim  # one y scale: panels are compared
     assert drawn.title.startswith("small offload: ")
     assert "h100-offload-512g" in drawn.title and "batch 64" in drawn.title
     by_id = {row["id"]: row for row in rows}
@@ -74,23 +77,40 @@ def test_bar_charts_have_one_bar_per_row_with_unique_labels(
     assert infeasible and len(infeasible) < len(bars)  # 1 GiB is less than the HBM reserve
 
 
+def test_breakdown_bars_are_shares_of_the_step_named_in_words(
+    plan_rows: tuple[Path, list[dict]],
+) -> None:
+    out, rows = plan_rows
+    drawn = chart(out, "breakdown")
+    by_id = {row["id"]: row for row in rows}
+    for bar in (b for p in drawn.panels for b in p.bars if b.segments):
+        assert sum(v for _, v in bar.segments) == pytest.approx(100, rel=1e-6)
+        step = by_id[bar.row_id]["step_time_s"]
+        assert bar.top == (f"{step:,.0f} s" if step >= 100 else f"{step:.3g} s")
+        names = [name for name, _ in bar.segments]
+        assert "DP communication (exposed)" in names and "pipeline bubble" in names
+        assert not any("_" in name for name in names)  # no raw keys (dp_comm)
+    assert all(p.ylabel == "share of the step time, %" for p in drawn.panels)
+
+
 def test_memory_bars_stack_both_tiers_and_mark_the_hbm(plan_rows: tuple[Path, list[dict]]) -> None:
     out, rows = plan_rows
     drawn = chart(out, "memory")
     by_id = {row["id"]: row for row in rows}
     assert drawn.hatched == {
-        f"offload {i}" for i in ("weights", "gradients", "optimizer", "activations")
+        f"{i} (offload)" for i in ("weights", "gradients", "optimizer", "activations")
     }
     offloading = 0
     for bar in (b for p in drawn.panels for b in p.bars if b.segments):
         row = by_id[bar.row_id]
         assert bar.capacity == row["hbm_gib"]
         values = dict(bar.segments)
-        hbm = sum(v for name, v in values.items() if name.startswith("HBM"))
+        hbm = sum(v for name, v in values.items() if name.endswith("(HBM)"))
         assert hbm == pytest.approx(row["memory_hbm_gib"])
-        offload = sum(v for name, v in values.items() if name.startswith("offload"))
+        offload = sum(v for name, v in values.items() if name.endswith("(offload)"))
         assert offload == pytest.approx(row["memory_offload_1_gib"])
         offloading += offload > 0
+        assert sum(values.values()) <= drawn.panels[0].ylim[1]  # the shared scale holds all
     assert offloading  # 3 GiB of HBM makes some plans offload
 
 
@@ -121,24 +141,37 @@ def test_mfu_vs_model_has_a_panel_per_gpu_count_and_every_feasible_row_once(
         for line in panel.lines:
             sizes = [x for x, _ in line.points]
             assert sizes == sorted(sizes) and "gpt3" not in line.label  # x is the model
-            assert sizes[0] == pytest.approx(1.3e-3, rel=0.05)  # trillions of parameters
+            assert sizes[0] == pytest.approx(1.3, rel=0.05)  # billions: 1.3B-7B models
+        assert panel.xlabel == "model parameters, billions (log scale)"
+        assert [name for _, name in panel.xticks] == ["gpt3-1.3b\n1.31B", "llama2-7b\n6.74B"]
 
 
 def test_offload_bandwidth_is_relative_to_unlimited(plan_rows: tuple[Path, list[dict]]) -> None:
+    """Relative speed on one y scale, and below each panel the absolute MFU (issue 39: 95 % of
+    a 20 % MFU is still 20 %); a model without a point has no line, so no legend entry."""
     out, rows = plan_rows
-    drawn = chart(out, "offload-bandwidth", gbps_lines=(100,))
+    drawn = chart(out, "offload-bandwidth", gbps_lines=(100,), mfu_lines=(0.75,))
     titles = [f"{g} GPUs, HBM {h} GiB" for g in (8, 16) for h in (1, 3, 12)]
-    assert [p.title for p in drawn.panels] == titles
-    assert drawn.panels[0].note.startswith("no plan even at the highest bandwidth: gpt3-1.3b")
-    lines = [line for panel in drawn.panels for line in panel.lines]
-    assert lines and all(p.ylabel.endswith("unlimited offload bandwidth") for p in drawn.panels)
+    relative, absolute = drawn.panels[:6], drawn.panels[6:]
+    assert [p.title for p in relative] == titles
+    assert [p.title for p in absolute] == [f"{t}: MFU" for t in titles]
+    assert relative[0].note.startswith("no plan at the highest bandwidth: gpt3-1.3b")
+    assert len({p.ylim for p in relative}) == 1 and relative[0].ylim[1] == 101.0
+    lines = [line for panel in relative for line in panel.lines]
+    assert lines and all(p.ylabel.endswith("unlimited offload bandwidth") for p in relative)
     assert all(panel.vlines == ((100, "100 GB/s"),) for panel in drawn.panels)
+    assert all(p.hlines == ((75.0, "75% MFU"),) and p.ylabel == "MFU, %" for p in absolute)
+    assert all(line.points for panel in drawn.panels for line in panel.lines)
     for line in lines:
         assert [x for x, _ in line.points] == [6.25]  # the unlimited point is the reference
         # An optimal plan at a lower bandwidth is never faster than at an unlimited one.
         assert all(0 < y <= 100 + 1e-9 for _, y in line.points)
+        assert relative[0].ylim[0] <= min(y for _, y in line.points)
     slowed = [y for line in lines for _, y in line.points if y < 99.9]
     assert slowed  # offloading at 6.25 GB/s costs something somewhere
+    by_id = {row["id"]: row for row in rows}
+    for line in (line for panel in absolute for line in panel.lines):
+        assert [y for _, y in line.points] == [100 * by_id[i]["mfu"] for i in line.row_ids]
 
 
 def test_least_hardware_needs_a_min_hardware_study(
@@ -155,7 +188,10 @@ def test_least_hardware_needs_a_min_hardware_study(
     minimum = {row["model"]: row["minimum"] for row in rows}
     assert [y for _, y in line.points] == [minimum["gpt3-1.3b"], minimum["llama2-7b"]]
     assert minimum["llama2-7b"] > 0  # 7B on 12 GiB HBM needs the offload tier
-    assert line.points[0][0] == pytest.approx(1.3e-3, rel=0.05)  # x: trillions of parameters
+    assert line.points[0][0] == pytest.approx(1.3, rel=0.05)  # x: billions of parameters
+    assert line.label == "least offload capacity"  # nothing varies: the quantity, not "plan"
+    assert panel.xlabel == "model parameters, billions (log scale)"
+    assert chart(out, "least-hardware", gib_lines=(120,)).panels[0].hlines == ((120, "120 GiB"),)
 
 
 def test_each_kind_draws_and_bad_requests_exit_2(
@@ -316,3 +352,60 @@ def test_a_chart_past_the_drawing_limits_is_refused(
     within = rows[: charts.MAX_BARS_PER_PANEL]
     (big / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in within))
     assert charts.size_problem(chart(big, "breakdown")) == ""
+
+
+def test_every_legend_entry_is_drawn_and_every_axis_has_its_unit(
+    plan_rows: tuple[Path, list[dict]],
+) -> None:
+    """Issue 37: a legend names only series the figure draws (a line with points, a segment
+    above zero), colours are the colour-blind-safe palette's, and every axis says its unit."""
+    from planner.studies.plots import render
+
+    out, _ = plan_rows
+    for kind in ("mfu-vs-gpus", "mfu-vs-model", "breakdown", "memory", "offload-bandwidth"):
+        drawn = chart(out, kind, mfu_lines=(0.75,))
+        names = render._legend_names(drawn)
+        lines = {line.label for p in drawn.panels for line in p.lines if line.points}
+        segments = {n for p in drawn.panels for b in p.bars for n, v in b.segments if v > 0}
+        capacity = {"HBM capacity"} if kind == "memory" else set()
+        assert set(names) == lines | segments | capacity, kind
+        colours = render._colours(names)
+        assert all(c in render.OKABE_ITO or c in render.SERIES_COLOURS.values()
+                   for c, _, _ in colours.values())  # fmt: skip
+        for panel in drawn.panels:
+            assert any(u in panel.ylabel for u in ("%", "GiB")), (kind, panel.ylabel)
+            if panel.lines:
+                assert any(u in panel.xlabel for u in ("GPUs", "GB/s", "billions")), kind
+
+
+def test_mfu_panels_with_no_plan_are_left_out_and_named(
+    tmp_path: Path, plan_rows: tuple[Path, list[dict]]
+) -> None:
+    """An all-infeasible panel drew an empty 0-1 axis; now it is left out, named in the note."""
+
+    def drop(row: dict) -> None:
+        return None
+
+    out = _copy_results(plan_rows[0], tmp_path / "none", drop)
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["model"] == "llama2-7b":
+            row.update(step_time_s=None, mfu=None, status="infeasible")
+    (out / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    drawn = chart(out, "mfu-vs-gpus")
+    assert [p.title for p in drawn.panels] == ["gpt3-1.3b"]
+    assert drawn.note == "no plan at all, so no panel: llama2-7b"
+
+
+def test_a_wrong_out_fails_before_the_results_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`planner plot --out /nonexistent/x.png` is one line at once, whatever the results."""
+    started = time.perf_counter()
+    argv = ["plot", str(tmp_path / "no-results"), "--kind", "breakdown"]
+    assert main([*argv, "--out", str(tmp_path / "nowhere" / "x.png")]) == 2
+    assert time.perf_counter() - started < 2
+    err = capsys.readouterr().err
+    assert err == f"planner: error: --out {tmp_path / 'nowhere' / 'x.png'}: no folder " + (
+        f"{tmp_path / 'nowhere'}\n"
+    )

@@ -26,7 +26,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         metavar="F",
-        help="mfu-vs-gpus: a reference line at MFU F (0-1), e.g. 0.75; repeatable",
+        help="mfu-vs-gpus, mfu-vs-model, offload-bandwidth (its MFU panels): a reference "
+        "line at MFU F (0-1), e.g. 0.75; repeatable",
+    )
+    plot_cmd.add_argument(
+        "--gib-line",
+        type=number(0, lim.MAX_CAPACITY_GIB),
+        action="append",
+        default=[],
+        metavar="GIB",
+        help="least-hardware of HBM or offload capacity: a reference line at GIB GiB per GPU, "
+        "e.g. 120; repeatable",
     )
     plot_cmd.add_argument(
         "--gbps-line",
@@ -50,6 +60,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         Path(args.out) if args.out else None,
         mfu_lines=tuple(args.mfu_line),
         gbps_lines=tuple(args.gbps_line),
+        gib_lines=tuple(args.gib_line),
         warn=lambda line: print_error(f"planner: warning: {line}"),
     )
     console.print(f"wrote {path}")

@@ -118,8 +118,7 @@ def torchrun(nodes: int, per_node: int) -> str:
     line = f"torchrun --nnodes {nodes} --nproc-per-node {per_node}"
     if nodes > 1:
         line += (
-            f" --rdzv-id planner --rdzv-backend c10d --rdzv-endpoint "
-            f"$MASTER_ADDR:{RENDEZVOUS_PORT}"
+            f" --rdzv-id planner --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT}"
         )
     return line
 
@@ -477,5 +476,3 @@ def _layer_pattern(node: ast.expr, limit: int) -> int | list[int]:
             raise ValueError(f"more than {limit} entries")
         return result
     raise ValueError(f"unexpected {type(node).__name__}")
-
-

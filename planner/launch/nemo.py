@@ -278,7 +278,7 @@ def _multi_node(recipe: str | None, nodes: int, devices: int) -> list[str]:
         f"#   recipe = {factory}(num_nodes={nodes}, num_gpus_per_node={devices}); set the keys "
         "below on it",
         f"#   executor = run.SlurmExecutor(account=..., partition=..., nodes={nodes}, "
-        f"ntasks_per_node={devices}, gpus_per_node={devices}, exclusive=True, mem=\"0\")",
+        f'ntasks_per_node={devices}, gpus_per_node={devices}, exclusive=True, mem="0")',
         "#   run.run(recipe, executor=executor)",
     ]
 

@@ -8,7 +8,8 @@ Kinds: ``mfu-vs-gpus`` (a panel per model, a line per variant, optional MFU refe
 offload tiers' stacked per row, HBM capacity marked), ``offload-bandwidth`` (speed relative to
 unlimited offload bandwidth — or the study's highest — against bandwidth, a line per model),
 ``least-hardware`` (the least hardware — HBM, offload capacity, GPUs, a bandwidth — meeting a
-min-hardware study's goal, against model size).
+min-hardware study's goal, against model size, with GiB reference lines). ``bars`` builds the
+two bar charts.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from planner.errors import InputError
 from planner.specs.quantities import PLOT_KINDS
-from planner.studies.plots import charts
+from planner.studies.plots import bars, charts
 from planner.studies.rows import read_rows_counted, read_study
 from planner.studies.study import Study, scenarios
 
@@ -34,6 +35,7 @@ def chart(
     mfu_lines: tuple[float, ...] = (),
     gbps_lines: tuple[float, ...] = (),
     warn: Callable[[str], None] | None = None,
+    gib_lines: tuple[float, ...] = (),
 ) -> charts.Chart:
     """The chart of ``kind`` for the rows in ``results`` (no drawing). Lines of rows.jsonl
     that are not rows, and rows a chart cannot place (charts.row_problem), are left out and
@@ -49,7 +51,7 @@ def chart(
     if study is not None:  # the study's order, not the order in which workers finished
         order = {s["id"]: i for i, s in enumerate(scenarios(study))}
         rows.sort(key=lambda row: order.get(row["id"], len(order)))
-    drawn = _build(kind, rows, study, mfu_lines, gbps_lines)
+    drawn = _build(kind, rows, study, mfu_lines, gbps_lines, gib_lines)
     too_large = charts.size_problem(drawn)
     if too_large:
         raise InputError(
@@ -85,18 +87,17 @@ def _build(
     study: Study | None,
     mfu_lines: tuple[float, ...],
     gbps_lines: tuple[float, ...],
+    gib_lines: tuple[float, ...] = (),
 ) -> charts.Chart:
     if kind == "mfu-vs-gpus":
         return charts.mfu_vs_gpus(rows, study, mfu_lines)
     if kind == "mfu-vs-model":
         return charts.mfu_vs_model(rows, study, mfu_lines)
     if kind == "offload-bandwidth":
-        return charts.offload_bandwidth(rows, study, gbps_lines)
-    return {
-        "breakdown": charts.breakdown,
-        "memory": charts.memory,
-        "least-hardware": charts.least_hardware,
-    }[kind](rows, study)
+        return charts.offload_bandwidth(rows, study, gbps_lines, mfu_lines)
+    if kind == "least-hardware":
+        return charts.least_hardware(rows, study, gib_lines)
+    return {"breakdown": bars.breakdown, "memory": bars.memory}[kind](rows, study)
 
 
 def check_target(target: Path) -> str:
@@ -127,23 +128,27 @@ def plot(
     mfu_lines: tuple[float, ...] = (),
     gbps_lines: tuple[float, ...] = (),
     warn: Callable[[str], None] | None = None,
+    gib_lines: tuple[float, ...] = (),
 ) -> Path:
     """Draw one view of the rows in ``results`` to ``out`` (PNG or SVG by suffix; default
     ``results/KIND.png``). The target is checked first, the image is drawn in memory and then
     written, so a failed write (a full disk) is an OSError, never a reported success. What was
     left out is said through ``warn`` once the image is written."""
+    target = out or results / f"{kind}.png"
+    if out is not None:  # a wrong --out is said at once, before reading or drawing anything
+        check_target(target)
+    if not results.is_dir():
+        raise InputError(f"{results}: no such results folder (a sweep's --out)")
+    image_format = check_target(target)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError("planner plot needs matplotlib: pip install '.[plot]'") from None
     from planner.studies.plots.render import draw
 
-    if not results.is_dir():
-        raise InputError(f"{results}: no such results folder (a sweep's --out)")
-    target = out or results / f"{kind}.png"
-    image_format = check_target(target)
     notes: list[str] = []
-    image = draw(chart(results, kind, mfu_lines, gbps_lines, notes.append), image_format)
+    drawn = chart(results, kind, mfu_lines, gbps_lines, notes.append, gib_lines)
+    image = draw(drawn, image_format)
     try:
         with target.open("wb") as sink:
             sink.write(image)

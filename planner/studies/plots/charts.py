@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.errors import InputError
@@ -128,6 +128,8 @@ class Bar:
     segments: tuple[tuple[str, float], ...]
     capacity: float | None = None
     note: str = ""
+    top: str = ""
+    """Text above the bar (the step time of a bar of shares)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,10 @@ class Chart:
     panels: tuple[Panel, ...]
     hatched: frozenset[str] = field(default_factory=frozenset)
     """Series drawn hatched (the offload tier's items)."""
+    note: str = ""
+    """A line under the title: what the chart leaves out (panels with no plan)."""
+    columns: int = 0
+    """Panels per row (0: as many as fit), so that panels compared sit in one column."""
 
 
 def axis_keys(rows: list[dict[str, Any]]) -> list[str]:
@@ -193,8 +199,9 @@ def describe(key: str, value: object) -> str:
     return f"{key.removeprefix('model_')}={shown}"
 
 
-def label(row: dict[str, Any], keys: Iterable[str]) -> str:
-    return ", ".join(describe(k, row.get(k)) for k in keys) or "plan"
+def label(row: dict[str, Any], keys: Iterable[str], alone: str = "plan") -> str:
+    """The row's values of ``keys`` in words; ``alone`` where no key varies."""
+    return ", ".join(describe(k, row.get(k)) for k in keys) or alone
 
 
 def title(study: Study | None, rows: list[dict[str, Any]], what: str) -> str:
@@ -224,140 +231,127 @@ def _note(row: dict[str, Any]) -> str:
     return "" if _feasible(row) else str(row.get("status", "no plan"))
 
 
-def _bar_panels(
-    rows: list[dict[str, Any]], ylabel: str, bar: Callable[[dict[str, Any], str], Bar]
-) -> tuple[Panel, ...]:
-    """A panel per model, a bar per row (feasible or not) labelled by the other varying keys."""
-    keys = [k for k in varying(rows, axis_keys(rows)) if k != "model"]
-    panels = []
-    for model, members in _groups(rows, lambda r: str(r["model"])).items():
-        bars = tuple(bar(row, label(row, keys)) for row in members)
-        panels.append(Panel(title=model, xlabel="", ylabel=ylabel, bars=bars))
-    return tuple(panels)
-
-
-def breakdown(rows: list[dict[str, Any]], study: Study | None) -> Chart:
-    """Step time by term, a stacked bar per row."""
-
-    def bar(row: dict[str, Any], text: str) -> Bar:
-        segments = tuple((term, float(row.get(f"time_{term}_s") or 0.0)) for term in TIME_TERMS)
-        return Bar(row["id"], text, segments if _feasible(row) else (), note=_note(row))
-
-    panels = _bar_panels(rows, "seconds per step", bar)
-    return Chart(title(study, rows, "step time by term"), panels)
-
-
-def memory(rows: list[dict[str, Any]], study: Study | None) -> Chart:
-    """Memory per GPU by item, HBM then each offload tier stacked (hatched), with the HBM
-    capacity marked on each bar."""
-    tiers = sorted({"_".join(k.split("_")[1:3]) for r in rows for k in r if _tier(k)})
-    names = {t: "offload" if len(tiers) == 1 else t.replace("_", " ") for t in tiers}
-
-    def bar(row: dict[str, Any], text: str) -> Bar:
-        if not _feasible(row):
-            return Bar(row["id"], text, (), note=_note(row))
-        segments = [
-            (f"HBM {i}", float(row.get(f"memory_hbm_{i}_gib") or 0.0)) for i in MEMORY_ITEMS
-        ]
-        other = float(row.get("memory_hbm_gib") or 0.0) - sum(v for _, v in segments)
-        segments.append(("HBM other (logits, reserve)", max(0.0, other)))
-        for tier in tiers:
-            segments += [
-                (f"{names[tier]} {i}", float(row.get(f"memory_{tier}_{i}_gib") or 0.0))
-                for i in MEMORY_ITEMS
-            ]
-        capacity = row.get("memory_hbm_capacity_gib")
-        return Bar(row["id"], text, tuple(segments), capacity=capacity)
-
-    panels = _bar_panels(rows, "GiB per GPU", bar)
-    hatched = frozenset(f"{names[t]} {i}" for t in tiers for i in MEMORY_ITEMS)
-    return Chart(title(study, rows, "memory per GPU by tier and item"), panels, hatched)
-
-
-def _tier(key: str) -> bool:
-    """memory_offload_<n>_gib: an offload tier's total."""
-    parts = key.split("_")
-    return len(parts) == 4 and parts[:2] == ["memory", "offload"] and parts[3] == "gib"
-
-
 def mfu_vs_gpus(
     rows: list[dict[str, Any]], study: Study | None, mfu_lines: tuple[float, ...] = ()
 ) -> Chart:
     """MFU against GPU count: a panel per model, a line per combination of the other varying
     keys; ``mfu_lines`` (fractions) drawn as reference lines."""
-    panels = _mfu_panels(
+    panels, empty = _mfu_panels(
         rows,
         mfu_lines,
         panel_of=lambda r: str(r["model"]),
         x_of=lambda r: float(r["gpus"]),
-        xlabel="GPUs",
+        xlabel="GPUs (log scale)",
     )
-    return Chart(title(study, rows, "MFU against GPU count"), panels)
+    return Chart(title(study, rows, "MFU against GPU count"), panels, note=_empty_note(empty))
+
+
+def _empty_note(empty: list[str]) -> str:
+    """The chart's note naming the panels left out for having no plan at all."""
+    return f"no plan at all, so no panel: {', '.join(empty)}" if empty else ""
 
 
 def offload_bandwidth(
-    rows: list[dict[str, Any]], study: Study | None, gbps_lines: tuple[float, ...] = ()
+    rows: list[dict[str, Any]],
+    study: Study | None,
+    gbps_lines: tuple[float, ...] = (),
+    mfu_lines: tuple[float, ...] = (),
 ) -> Chart:
-    """Relative performance against offload bandwidth: a line per model, a panel per fixed
-    combination of the other varying keys. Each line is relative to its own highest bandwidth:
-    "unlimited" where that is at least UNLIMITED_GBPS (the point is then the reference, not
-    drawn), else that bandwidth, said on the axis."""
+    """Performance against offload bandwidth, a line per model: for each fixed combination of
+    the other varying keys a panel of relative speed and, below it, one of absolute MFU (a
+    relative 95 % of 20 % MFU is still 19 %). Each line is relative to its own highest
+    bandwidth: "unlimited" where that is at least UNLIMITED_GBPS (the point is then the
+    reference, not drawn), else that bandwidth, said on the axis. The relative panels share
+    one y range, the MFU panels 0–100 %; a model with no point to draw has no line (and no
+    legend entry), named in the panel's note."""
     rows = [r for r in rows if r.get("offload_gbps") is not None]
     if not rows:
         raise InputError("offload-bandwidth plots need a study with hardware.offload_gbps")
     top = max(float(r["offload_gbps"]) for r in rows)
-    unlimited = top >= UNLIMITED_GBPS
-    reference = "unlimited offload bandwidth" if unlimited else f"{top:g} GB/s"
+    reference = "unlimited offload bandwidth" if top >= UNLIMITED_GBPS else f"{top:g} GB/s"
     keys = [k for k in varying(rows, axis_keys(rows)) if k not in ("model", "offload_gbps")]
-    panels = []
-    for text, members in _groups(rows, lambda r: label(r, keys)).items():
-        lines, unplanned = [], []
+    groups = _groups(rows, lambda r: label(r, keys, ""))
+    relative, absolute = [], []
+    for text, members in groups.items():
+        speed, mfu, unplanned = [], [], []
         for model, points in _groups(members, lambda r: str(r["model"])).items():
             points = sorted(points, key=lambda r: float(r["offload_gbps"]))
             best = points[-1]
-            if not _feasible(best):
-                unplanned.append(model)
-                continue
             shown = [
                 r for r in points if _feasible(r) and float(r["offload_gbps"]) < UNLIMITED_GBPS
             ]
-            lines.append(
-                Line(
-                    model,
-                    tuple(
-                        (float(r["offload_gbps"]), 100 * best["step_time_s"] / r["step_time_s"])
-                        for r in shown
-                    ),
-                    tuple(r["id"] for r in shown),
-                )
-            )
-        panels.append(
+            ids = tuple(r["id"] for r in shown)
+            if shown:
+                mfu.append(Line(model, _points(shown, lambda r: 100 * float(r["mfu"])), ids))
+            if not _feasible(best):
+                unplanned.append(model)
+            elif shown:
+                fastest = float(best["step_time_s"])
+                ratio = _points(shown, lambda r, f=fastest: 100 * f / r["step_time_s"])
+                speed.append(Line(model, ratio, ids))
+        note = f"no plan at the highest bandwidth: {', '.join(unplanned)}" if unplanned else ""
+        vlines = tuple((g, f"{g:g} GB/s") for g in gbps_lines)
+        common = {"xlabel": "offload bandwidth per GPU, GB/s (log scale)", "xlog": True}
+        relative.append(
             Panel(
-                title=text,
-                xlabel="offload bandwidth per GPU, GB/s",
+                title=text or "speed",
                 ylabel=f"% of the speed with {reference}",
-                lines=tuple(lines),
-                vlines=tuple((g, f"{g:g} GB/s") for g in gbps_lines),
-                xlog=True,
-                note=f"no plan even at the highest bandwidth: {', '.join(unplanned)}"
-                if unplanned
-                else "",
+                lines=tuple(speed),
+                vlines=vlines,
+                note=note,
+                **common,
             )
         )
-    return Chart(title(study, rows, "performance against offload bandwidth"), tuple(panels))
+        absolute.append(
+            Panel(
+                title=f"{text}: MFU" if text else "MFU",
+                ylabel="MFU, %",
+                lines=tuple(mfu),
+                vlines=vlines,
+                hlines=tuple((100 * m, f"{m:.0%} MFU") for m in mfu_lines),
+                ylim=(0.0, 100.0),
+                **common,
+            )
+        )
+    low = min((y for p in relative for line in p.lines for _, y in line.points), default=0.0)
+    span = (max(0.0, low - 0.05 * (100 - low) - 1), 101.0)
+    relative = [replace(p, ylim=span) for p in relative]  # one y range for all
+    return Chart(
+        title(study, rows, "performance against offload bandwidth"),
+        (*relative, *absolute),
+        columns=min(len(groups), 4) if len(groups) <= 4 else 0,
+    )
+
+
+def _points(
+    rows: list[dict[str, Any]], y_of: Callable[[dict[str, Any]], float]
+) -> tuple[tuple[float, float], ...]:
+    return tuple((float(r["offload_gbps"]), y_of(r)) for r in rows)
+
+
+def model_unit(rows: list[dict[str, Any]]) -> tuple[float, str, str]:
+    """(parameters per unit, unit name, suffix) for the models of ``rows``: trillions where the
+    largest has at least 10¹² parameters, else billions, so an 8B–405B study does not read
+    "trillions" under its axis."""
+    largest = max(scenario_model(r).params for r in rows)
+    return (1e12, "trillions", "T") if largest >= 1e12 else (1e9, "billions", "B")
 
 
 def _model_ticks(rows: list[dict[str, Any]]) -> tuple[tuple[float, str], ...]:
-    """Each model's size in trillions of parameters, named by the model."""
-    sizes = {str(r["model"]): scenario_model(r).params / 1e12 for r in rows}
-    return tuple(sorted((size, name) for name, size in sizes.items()))
+    """Each model's size in the rows' unit (model_unit), named by the model and its size."""
+    scale, _, suffix = model_unit(rows)
+    sizes = {str(r["model"]): scenario_model(r).params / scale for r in rows}
+    return tuple(sorted((size, f"{name}\n{size:.3g}{suffix}") for name, size in sizes.items()))
 
 
-def least_hardware(rows: list[dict[str, Any]], study: Study | None) -> Chart:
+def least_hardware(
+    rows: list[dict[str, Any]], study: Study | None, gib_lines: tuple[float, ...] = ()
+) -> Chart:
     """The least hardware that meets a min-hardware study's goal (whatever it minimises: HBM,
     offload capacity, GPUs, a bandwidth), against model size: a line per combination of the
-    other varying keys. What a plan happens to use is not a requirement, so plan studies are
-    refused."""
+    other varying keys (combinations that reach no model are named in the chart's note, not
+    drawn); ``gib_lines`` mark thresholds such as the poster's 120 GiB. What a plan happens to
+    use is not a requirement, so plan studies are refused."""
     if not rows or len({r.get("minimize") for r in rows}) != 1 or rows[0].get("minimize") is None:
         raise InputError(
             "least-hardware plots need a min-hardware study (query: min-hardware, minimize: "
@@ -366,33 +360,54 @@ def least_hardware(rows: list[dict[str, Any]], study: Study | None) -> Chart:
         )
     minimized, unit = rows[0]["minimize"], rows[0].get("minimum_unit", "")
     quantity = QUANTITY_NAMES.get(minimized, minimized)
+    scale, size_unit, _ = model_unit(rows)
     keys = [k for k in varying(rows, axis_keys(rows)) if k != "model"]
-    lines, unreachable = [], 0
-    for text, members in _groups(rows, lambda r: label(r, keys)).items():
-        points = []
-        for row in members:
-            if row.get("minimum") is None:
-                unreachable += 1
-                continue
-            params = scenario_model(row).params
-            points.append((params / 1e12, float(row["minimum"]), row["id"]))
-        points.sort()
-        shown = text if points else f"{text}: not reachable"
-        lines.append(Line(shown, tuple((x, y) for x, y, _ in points), tuple(i for *_, i in points)))
+    lines: list[Line] = []
+    unreachable: list[str] = []
+    for text, members in _groups(rows, lambda r: label(r, keys, f"least {quantity}")).items():
+        points = sorted(
+            (scenario_model(r).params / scale, float(r["minimum"]), r["id"])
+            for r in members
+            if r.get("minimum") is not None
+        )
+        missing = [str(r["model"]) for r in members if r.get("minimum") is None]
+        if missing:
+            unreachable.append(f"{text} ({', '.join(missing)})" if keys else ", ".join(missing))
+        if points:
+            xy = tuple((x, y) for x, y, _ in points)
+            lines.append(Line(text, xy, tuple(i for *_, i in points)))
     goal = ""
     if study is not None and (study.goal.min_mfu or study.goal.max_step_s):
         goal = f" for MFU ≥ {study.goal.min_mfu:.0%}" if study.goal.min_mfu else ""
         goal += f" for step ≤ {study.goal.max_step_s:g} s" if study.goal.max_step_s else ""
+    per_gpu = unit != "GPUs"
+    reached = sum(len(line.row_ids) for line in lines)
     panel = Panel(
         title=f"least {quantity}{goal}",
-        xlabel="model parameters, trillions",
-        ylabel=f"{quantity} per GPU, {unit}" if unit != "GPUs" else "GPUs",
-        lines=tuple(lines),
+        xlabel=f"model parameters, {size_unit} (log scale)",
+        ylabel=f"{quantity} per GPU, {unit}" if per_gpu else "GPUs",
+        lines=merge_identical(lines),
+        hlines=tuple((g, f"{g:g} GiB") for g in gib_lines) if unit == "GiB" else (),
         xlog=True,
-        note=f"not reachable: {unreachable} of {len(rows)}" if unreachable else "",
+        note=f"not reachable: {len(rows) - reached} of {len(rows)}" if unreachable else "",
         xticks=_model_ticks(rows),
     )
-    return Chart(title(study, rows, f"required {quantity}"), (panel,))
+    note = f"not reachable (no line): {'; '.join(unreachable)}" if unreachable else ""
+    return Chart(title(study, rows, f"required {quantity}"), (panel,), note=note)
+
+
+def merge_identical(lines: list[Line]) -> tuple[Line, ...]:
+    """Lines with the same points drawn once, their labels joined: a line hidden exactly under
+    another would otherwise be a legend entry with nothing to see."""
+    merged: dict[tuple[tuple[float, float], ...], Line] = {}
+    for line in lines:
+        same = merged.get(line.points)
+        merged[line.points] = (
+            line
+            if same is None
+            else Line(f"{same.label}\n= {line.label}", line.points, same.row_ids + line.row_ids)
+        )
+    return tuple(merged.values())
 
 
 def mfu_vs_model(
@@ -401,15 +416,15 @@ def mfu_vs_model(
     """MFU against model size: a panel per GPU count, a line per combination of the other
     varying keys (assumptions, batch, hardware), the models named on the axis; ``mfu_lines`` as
     reference lines."""
-    panels = _mfu_panels(
+    panels, empty = _mfu_panels(
         rows,
         mfu_lines,
         panel_of=lambda r: f"{int(r['gpus']):,} GPUs",
-        x_of=lambda r: scenario_model(r).params / 1e12,
-        xlabel="model parameters, trillions",
+        x_of=lambda r: scenario_model(r).params / model_unit(rows)[0],
+        xlabel=f"model parameters, {model_unit(rows)[1]} (log scale)",
         xticks=_model_ticks,
     )
-    return Chart(title(study, rows, "MFU against model size"), panels)
+    return Chart(title(study, rows, "MFU against model size"), panels, note=_empty_note(empty))
 
 
 def _mfu_panels(
@@ -419,13 +434,14 @@ def _mfu_panels(
     x_of: Callable[[dict[str, Any]], float],
     xlabel: str,
     xticks: Callable[[list[dict[str, Any]]], tuple[tuple[float, str], ...]] | None = None,
-) -> tuple[Panel, ...]:
+) -> tuple[tuple[Panel, ...], list[str]]:
     """MFU (%) against ``x_of`` on a log axis: a panel per ``panel_of`` value, a line per
     combination of the varying keys other than model and GPU count; rows with no plan are
-    missing points, counted in the panel's note."""
+    missing points, counted in the panel's note; a panel with none is left out and named
+    (the second item)."""
     keys = [k for k in varying(rows, axis_keys(rows)) if k not in ("model", "gpus")]
     hlines = tuple((100 * m, f"{m:.0%} MFU") for m in mfu_lines)
-    panels = []
+    panels, empty = [], []
     for name, members in _groups(rows, panel_of).items():
         lines = []
         for text, points in _groups(
@@ -440,6 +456,9 @@ def _mfu_panels(
                 )
             )
         missing = sum(not _feasible(r) for r in members)
+        if not lines:  # nothing to draw: an empty panel with a 0-100 axis says nothing
+            empty.append(name)
+            continue
         panels.append(
             Panel(
                 title=name,
@@ -453,4 +472,4 @@ def _mfu_panels(
                 xticks=xticks(members) if xticks else (),
             )
         )
-    return tuple(panels)
+    return tuple(panels), empty
