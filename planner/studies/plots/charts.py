@@ -392,7 +392,11 @@ def least_hardware(
         note=f"not reachable: {len(rows) - reached} of {len(rows)}" if unreachable else "",
         xticks=_model_ticks(rows),
     )
-    note = f"not reachable (no line): {'; '.join(unreachable)}" if unreachable else ""
+    note = ""
+    if unreachable:
+        note = f"not reachable, so no line: {unreachable[0]}"
+        more = len(unreachable) - 1
+        note += f" and {more} other combination{'s' * (more > 1)}" if more else ""
     return Chart(title(study, rows, f"required {quantity}"), (panel,), note=note)
 
 

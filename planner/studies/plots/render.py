@@ -129,7 +129,7 @@ def _heading(chart: Chart, width_in: float) -> str:
     chars = max(40, int(width_in / TITLE_CHAR_IN))
     parts = [textwrap.fill(chart.title, chars)]
     if chart.note:
-        parts.append(textwrap.fill(chart.note, int(chars * 1.3)))
+        parts.append(textwrap.fill(chart.note, chars))
     return "\n".join(parts)
 
 
@@ -200,8 +200,9 @@ def _panel(axes: Any, panel: Panel, chart: Chart, colours: dict, handles: dict) 
     for y, text in panel.hlines:
         axes.axhline(y, color="#444444", linestyle="--", linewidth=0.9)
         axes.annotate(
-            text, (0.01, y), xycoords=("axes fraction", "data"), fontsize=7, va="bottom",
-            annotation_clip=False,
+            text, (0.99, y), xycoords=("axes fraction", "data"), fontsize=7, va="bottom",
+            ha="right", annotation_clip=False,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5},
         )  # fmt: skip
     for x, text in panel.vlines:
         axes.axvline(x, color="#444444", linestyle="--", linewidth=0.9)
