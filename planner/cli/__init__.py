@@ -73,9 +73,9 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
             from planner.cli.cpsat_import import import_cp_model_without_pandas
 
             import_cp_model_without_pandas()
-        from rich.console import Console  # after parsing: `--help` and usage errors skip it
+        from planner.cli.layout import make_console  # after parsing: `--help` skips rich
 
-        return COMMANDS[args.command].run(args, Console())
+        return COMMANDS[args.command].run(args, make_console())
     except InputError as error:
         print_error(f"planner: error: {error}")
         return EXIT_BAD_INPUT

@@ -7,15 +7,17 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from planner.cli.layout import print_table
+
 
 def print_validation(console: Console, result) -> None:
     """Predicted vs measured per run, then mean and worst error per group and overall."""
     table = Table(title="Predicted vs measured step time", title_justify="left")
-    table.add_column("run", no_wrap=True)
-    table.add_column("GPUs", justify="right")
-    table.add_column("strategy", min_width=24, overflow="fold")
-    for column in ("measured s", "predicted s", "error", "MFU meas", "MFU pred"):
-        table.add_column(column, justify="right")
+    table.add_column("run")
+    table.add_column("GPUs", justify="right", no_wrap=True)
+    table.add_column("strategy")
+    for column in ("meas. s", "pred. s", "error", "MFU meas.", "MFU pred."):
+        table.add_column(column, justify="right", no_wrap=True)
     for r in result.runs:
         table.add_row(
             r.id,
@@ -27,20 +29,23 @@ def print_validation(console: Console, result) -> None:
             f"{r.measured_mfu:.1%}",
             f"{r.predicted_mfu:.1%}",
         )
-    console.print(table)
+    print_table(console, table)
     summary = Table(title="Absolute step-time error", title_justify="left")
     for column in ("group", "runs", "mean", "worst"):
-        summary.add_column(column, justify="left" if column == "group" else "right")
+        summary.add_column(
+            column, justify="left" if column == "group" else "right", no_wrap=column != "group"
+        )
     for g in [*result.groups, result.overall]:
         summary.add_row(g.group, str(g.runs), f"{g.mean_abs_error:.1%}", f"{g.worst_abs_error:.1%}")
-    console.print(summary)
+    print_table(console, summary)
 
 
 def print_cross_validation(console: Console, result) -> None:
     """Leave-one-source-out error per source, what each fold was fitted on, and overall."""
     table = Table(title="Cross-validated step-time error (leave one source out)")
     for column in ("left out", "runs", "mean", "worst", "calibrated on"):
-        table.add_column(column, justify="right" if column in ("runs", "mean", "worst") else "left")
+        numeric = column in ("runs", "mean", "worst")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
     for fold in result.folds:
         s = fold.summary
         fitted = "; ".join(f"{k}: {v}" for k, v in fold.calibrated_on.items())
@@ -51,7 +56,7 @@ def print_cross_validation(console: Console, result) -> None:
     table.add_row(
         "[bold]all", str(o.runs), f"{o.mean_abs_error:.1%}", f"{o.worst_abs_error:.1%}", ""
     )
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"in-sample (catalog profiles, fitted on every run): mean {i.mean_abs_error:.1%}, "
         f"worst {i.worst_abs_error:.1%}"
@@ -63,17 +68,17 @@ def print_calibration(
 ) -> None:
     table = Table(title=f"Calibrated parameters of stack {stack}", title_justify="left")
     table.add_column("parameter")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
+    table.add_column("before", justify="right", no_wrap=True)
+    table.add_column("after", justify="right", no_wrap=True)
     for name, value in after.items():
         table.add_row(name, f"{before[name]:.4g}", f"{value:.4g}")
-    console.print(table)
+    print_table(console, table)
     errors = Table(title="Step-time error after calibration", title_justify="left")
     errors.add_column("run")
-    errors.add_column("error", justify="right")
+    errors.add_column("error", justify="right", no_wrap=True)
     for r in runs:
         errors.add_row(r.id, f"{r.error:+.1%}")
-    console.print(errors)
+    print_table(console, errors)
     mean = sum(abs(r.error) for r in runs) / len(runs)
     worst = max(abs(r.error) for r in runs)
     console.print(f"{len(runs)} runs: mean absolute error {mean:.1%}, worst {worst:.1%}")

@@ -24,6 +24,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     """`planner catalog` with the parsed ``args``; its exit code."""
     import hardware_catalog
     from planner.cli import catalog_report, report
+    from planner.cli.layout import print_table
 
     catalog = hardware_catalog
     listings = {
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if args.json:
             print_json([_catalog_json(spec) for spec in specs])
         else:
-            console.print(table(specs))
+            print_table(console, table(specs))
         return EXIT_OK
     if not args.name:
         raise InputError("catalog show needs a name, e.g. `planner catalog show dgx-h100`")
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         print_json(data)
         return EXIT_OK
     title = f"{spec.name}: {spec.description}" if spec.description else spec.name
-    console.print(catalog_report.spec_table(title, data, spec.sources))
+    catalog_report.print_spec(console, title, data, spec.sources)
     if hasattr(spec, "params"):
         console.print(f"parameters: {report.format_params(spec.params)} ({spec.params:,})")
         if spec.is_moe:

@@ -4,15 +4,19 @@ queries' answers."""
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
+from planner.cli.layout import print_table
 from planner.cli.report import format_params
 from planner.specs import ModelSpec, StackProfile, SystemSpec
 
 
 def systems_table(systems: list[SystemSpec]) -> Table:
     table = Table(title="Systems", title_justify="left")
-    table.add_column("name", no_wrap=True)
+    table.add_column("name")
     for column in (
         "accelerator",
         "bf16 TFLOP/s",
@@ -23,7 +27,10 @@ def systems_table(systems: list[SystemSpec]) -> Table:
         "scale-out GB/s",
         "max GPUs",
     ):
-        table.add_column(column, justify="left" if column == "accelerator" else "right")
+        text = column in ("accelerator", "offload", "scale-up")
+        table.add_column(
+            column, justify="left" if column == "accelerator" else "right", no_wrap=not text
+        )
     for s in systems:
         offload = (
             ", ".join(
@@ -49,9 +56,9 @@ def systems_table(systems: list[SystemSpec]) -> Table:
 
 def models_table(models: list[ModelSpec]) -> Table:
     table = Table(title="Models", title_justify="left")
-    table.add_column("name", no_wrap=True)
+    table.add_column("name")
     for column in ("params", "hidden", "layers", "heads", "kv", "ffn", "kind", "vocab", "seq"):
-        table.add_column(column, justify="left" if column == "kind" else "right")
+        table.add_column(column, justify="left" if column == "kind" else "right", no_wrap=True)
     for m in sorted(models, key=lambda m: m.params):
         table.add_row(
             m.name,
@@ -71,9 +78,10 @@ def models_table(models: list[ModelSpec]) -> Table:
 def stacks_table(stacks: list[StackProfile]) -> Table:
     """The training-stack profiles: efficiencies relative to the raw kernels, overlaps."""
     table = Table(title="Training stacks", title_justify="left")
-    table.add_column("name", no_wrap=True)
+    table.add_column("name")
     for column in ("GEMM", "attention", "mem-bound", "layer µs", "overlaps", "grads"):
-        table.add_column(column, justify="left" if column in ("attention", "overlaps") else "right")
+        text = column in ("attention", "overlaps")
+        table.add_column(column, justify="left" if text else "right", no_wrap=not text)
     for s in stacks:
         overlaps = [k for k in ("dp", "tp", "pp", "ep") if getattr(s, f"{k}_overlap")]
         table.add_row(
@@ -88,15 +96,41 @@ def stacks_table(stacks: list[StackProfile]) -> Table:
     return table
 
 
-def spec_table(title: str, data: dict, sources: dict[str, str]) -> Table:
-    """Every field of a spec, flattened, with the source that covers it."""
+def spec_table(title: str, data: dict, sources: dict[str, str]) -> tuple[Table, list[str]]:
+    """Every field of a spec, flattened, with a reference to the source that covers it; and
+    the sources so referenced, in order ([1] is the first). A source's text, often a paragraph,
+    is printed once below the table (print_spec), not on every row it covers."""
     table = Table(title=title, title_justify="left", show_lines=False)
-    table.add_column("field", no_wrap=True)
-    table.add_column("value", justify="right")
-    table.add_column("source", overflow="fold")
+    table.add_column("field", overflow="fold")
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("src", no_wrap=True)
+    cited: list[str] = []
     for path, value in flatten(data):
-        table.add_row(path, str(value), source_for(path, sources))
-    return table
+        source = source_for(path, sources)
+        if source and source not in cited:
+            cited.append(source)
+        table.add_row(
+            path,
+            str(value),
+            f"[{cited.index(source) + 1}]" if source else "",
+        )
+    return table, cited
+
+
+def print_spec(console: Console, title: str, data: dict, sources: dict[str, str]) -> None:
+    """spec_table, then its sources, one numbered paragraph each (wrapped at the console's
+    width, on one line each when piped)."""
+    table, cited = spec_table(title, data, sources)
+    print_table(console, table)
+    if not cited:
+        return
+    console.print("sources:", markup=False, highlight=False)
+    for number, text in enumerate(cited, start=1):  # one grid each: no padding to the widest
+        note = Table.grid(padding=(0, 1))
+        note.add_column(justify="right", no_wrap=True, min_width=len(f"[{len(cited)}]"))
+        note.add_column()
+        note.add_row(f"[{number}]", Text(" ".join(text.split())))
+        console.print(Padding(note, (0, 0, 0, 2), expand=False))
 
 
 def flatten(data: object, prefix: str = "") -> list[tuple[str, object]]:

@@ -12,6 +12,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from planner.cli.layout import print_table
 from planner.specs import ModelSpec, Strategy, SystemSpec
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def format_params(params: float) -> str:
 def strategy_table(strategy: Strategy) -> Table:
     table = Table(title="Strategy", title_justify="left")
     table.add_column("knob")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", no_wrap=True)
     for name, value in strategy.model_dump().items():
         table.add_row(name, str(value))
     return table
@@ -52,8 +53,8 @@ def strategy_table(strategy: Strategy) -> Table:
 def breakdown_table(estimate: Estimate) -> Table:
     table = Table(title="Step time", title_justify="left")
     table.add_column("term")
-    table.add_column("seconds", justify="right")
-    table.add_column("share", justify="right")
+    table.add_column("seconds", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
     step = estimate.step_time_s
     for name, seconds in estimate.breakdown_s.items():
         table.add_row(BREAKDOWN_LABELS[name], f"{seconds:.4g}", f"{seconds / step:.1%}")
@@ -61,7 +62,9 @@ def breakdown_table(estimate: Estimate) -> Table:
     return table
 
 
-def memory_table(estimate: Estimate, system: SystemSpec) -> Table:
+def memory_table(estimate: Estimate, system: SystemSpec, pp: int) -> Table:
+    """Memory per GPU per tier; each tier's column names the pipeline stage it lists (first
+    or last), except with one stage (``pp`` = 1), where there is none to name."""
     tiers = list(estimate.memory_gib)
     names = {"hbm": system.hbm.name}
     names.update({f"offload_{i}": t.name for i, t in enumerate(system.offload_tiers, start=1)})
@@ -72,7 +75,8 @@ def memory_table(estimate: Estimate, system: SystemSpec) -> Table:
     table.add_column("item")
     for tier in tiers:
         stage = estimate.memory_stage[tier]
-        table.add_column(f"{names.get(tier, tier)}\n{stage} stage", justify="right")
+        header = names.get(tier, tier) + (f"\n{stage} stage" if pp > 1 else "")
+        table.add_column(header, justify="right", no_wrap=True)
     rows = [
         "weights",
         "gradients",
@@ -97,7 +101,7 @@ def memory_table(estimate: Estimate, system: SystemSpec) -> Table:
 def summary_table(estimate: Estimate, gpus: int) -> Table:
     table = Table(title="Throughput", title_justify="left", show_header=False)
     table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", no_wrap=True)
     table.add_row("GPUs", str(gpus))
     table.add_row("micro-batches per step", str(estimate.micro_batches))
     table.add_row("step time", f"{estimate.step_time_s:.4g} s")
@@ -118,10 +122,10 @@ def print_estimate(
     console: Console, estimate: Estimate, strategy: Strategy, system: SystemSpec
 ) -> None:
     console.print(f"[bold]strategy:[/] {strategy.describe()}  [bold]stack:[/] {estimate.stack}")
-    console.print(strategy_table(strategy))
-    console.print(breakdown_table(estimate))
-    console.print(memory_table(estimate, system))
-    console.print(summary_table(estimate, strategy.gpus))
+    print_table(console, strategy_table(strategy))
+    print_table(console, breakdown_table(estimate))
+    print_table(console, memory_table(estimate, system, strategy.pp))
+    print_table(console, summary_table(estimate, strategy.gpus))
     for warning in estimate.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
     for overflow in estimate.overflows:
@@ -188,10 +192,12 @@ def print_plan(
     if result.alternatives:
         table = Table(title="Best strategies", title_justify="left")
         columns = ("rank", "strategy", "step s", "vs best", "MFU", "differs in", "tied variants")
+        numeric = ("rank", "step s", "vs best", "MFU")
         for column in columns:
             table.add_column(
                 column,
-                justify="right" if column in ("rank", "step s", "vs best", "MFU") else "left",
+                justify="right" if column in numeric else "left",
+                no_wrap=column in numeric,
             )
         best = result.alternatives[0].step_time_s
         for alt in result.alternatives:
@@ -207,7 +213,7 @@ def print_plan(
                 ", ".join(alt.differs_in) or "-",
                 variants or "-",
             )
-        console.print(table)
+        print_table(console, table)
     if solver is not None and solver.ranks_stopped_by is not None:
         console.print(
             f"[yellow]{len(result.alternatives)} ranks:[/] "
@@ -320,11 +326,17 @@ def format_quantity(value: int | float) -> str:
 
 
 def print_pareto(console: Console, front, first: str, second: str) -> None:
+    """The Pareto front of two quantities (each header with its unit), with each point's step
+    time, MFU and strategy."""
+    from planner.specs.quantities import QUANTITIES
+
+    units = {**QUANTITIES, "step-time": "s"}
     table = Table(title=f"Pareto front: {first} vs {second}", title_justify="left")
-    for column in (first, second, "step s", "MFU", "strategy"):
-        table.add_column(
-            column, justify="left" if column == "strategy" else "right", overflow="fold"
-        )
+    headers = [q if units.get(q) in (None, "GPUs") else f"{q} {units[q]}" for q in (first, second)]
+    headers = ["GPUs" if q == "gpus" else h for q, h in zip((first, second), headers, strict=True)]
+    for column in (*headers, "step s", "MFU"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("strategy", justify="left", overflow="fold")
     for point in front:
         table.add_row(
             format_quantity(point.first),
@@ -333,7 +345,7 @@ def print_pareto(console: Console, front, first: str, second: str) -> None:
             f"{point.mfu:.1%}",
             point.strategy.describe(),
         )
-    console.print(table)
+    print_table(console, table)
 
 
 def print_config_read(console: Console, config: LaunchConfig, path: str) -> None:

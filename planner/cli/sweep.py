@@ -88,7 +88,7 @@ def _sweep_progress(console: Console, name: str) -> Iterator[Callable[[int, int]
         if tenth not in shown or done == total:
             shown.add(tenth)
             line = eta_line(name, done, total, first[0], time.perf_counter() - started)
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     yield progress
 

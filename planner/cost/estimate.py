@@ -14,10 +14,13 @@ from planner.errors import InputError
 
 
 class TrainingTime(BaseModel):
-    """Time to train ``tokens`` at the strategy's throughput."""
+    """Time to train ``tokens`` at the strategy's throughput. ``steps`` is a whole number of
+    optimizer steps: ⌈tokens / (global batch × sequence)⌉ (the quotient rounded to 10⁻⁶ first, so
+    an exact one is not pushed up by float error), the last step a full one (time_s,
+    days, GPU-hours and cost are those of the tokens, not of the rounded steps)."""
 
     tokens: float
-    steps: float
+    steps: int
     time_s: float
     days: float
     gpu_hours: float
@@ -130,7 +133,7 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
         price = ctx.system.gpu_hour_usd
         training = TrainingTime(
             tokens=ctx.job.train_tokens,
-            steps=ctx.job.train_tokens / (ctx.job.global_batch * ctx.seq_len),
+            steps=math.ceil(round(ctx.job.train_tokens / (ctx.job.global_batch * ctx.seq_len), 6)),
             time_s=time_s,
             days=time_s / 86400,
             gpu_hours=gpu_hours,
