@@ -52,6 +52,21 @@ def run_stack(run: MeasuredRun) -> str:
     return hardware_catalog.load_stack(run.job.stack).name
 
 
+CALIBRATED_SUFFIX = "-calibrated"
+"""What a calibrated profile's name adds to its stack's (``megatron-core-calibrated``), so that a
+report (the estimate's ``stack``) tells it from the built-in profile it was fitted from."""
+
+
+def base_name(name: str) -> str:
+    """The stack a profile was calibrated from (its own name if it was not)."""
+    return name.removesuffix(CALIBRATED_SUFFIX)
+
+
+def calibrated_name(stack: StackProfile) -> str:
+    """The name of ``stack``'s calibrated profile (calibrating it again keeps the name)."""
+    return base_name(stack.name) + CALIBRATED_SUFFIX
+
+
 def current_params(stack: StackProfile) -> dict[str, float]:
     return {name: float(getattr(stack, name)) for name in PARAMETERS}
 
@@ -241,7 +256,8 @@ def fit(
 
 
 def runs_of_stack(dataset: Dataset, stack: StackProfile) -> list[MeasuredRun]:
-    return [run for run in dataset.runs if run_stack(run) == stack.name]
+    """The runs that name ``stack``, or the stack it was calibrated from."""
+    return [run for run in dataset.runs if base_name(run_stack(run)) == base_name(stack.name)]
 
 
 def _mid(name: str) -> float:

@@ -51,7 +51,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="planner", description=__doc__.splitlines()[0] if __doc__ else None)
+    from planner import __version__
+
+    description = __doc__.splitlines()[0].replace("``", "") if __doc__ else None  # no RST
+    parser = _Parser(prog="planner", description=description)
+    parser.add_argument(
+        "--version", action="version", version=f"planner {__version__}", help="print the version"
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in COMMANDS.values():
         command.add_parser(commands)

@@ -64,8 +64,16 @@ def print_cross_validation(console: Console, result) -> None:
 
 
 def print_calibration(
-    console: Console, stack: str, before: dict, after: dict, runs, written: str | None
+    console: Console,
+    stack: str,
+    before: dict,
+    after: dict,
+    runs,
+    written: str | None,
+    profile: str = "",
 ) -> None:
+    """A calibration's parameters before and after, the runs' errors after it, and where the
+    calibrated profile (named ``profile``) was written."""
     table = Table(title=f"Calibrated parameters of stack {stack}", title_justify="left")
     table.add_column("parameter")
     table.add_column("before", justify="right", no_wrap=True)
@@ -83,4 +91,4 @@ def print_calibration(
     worst = max(abs(r.error) for r in runs)
     console.print(f"{len(runs)} runs: mean absolute error {mean:.1%}, worst {worst:.1%}")
     if written:
-        console.print(f"calibrated stack profile written to {written}")
+        console.print(f"calibrated stack profile {profile or stack} written to {written}")

@@ -39,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the runs' problems evaluated in this many processes, the same answer "
         "(default: one per CPU)",
     )
-    calibrate_cmd.add_argument("--json", action="store_true")
+    calibrate_cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -51,6 +51,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     import hardware_catalog
     from planner.accuracy.calibration import (
         apply_params,
+        base_name,
+        calibrated_name,
         current_params,
         default_free,
         fit,
@@ -72,9 +74,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"fitted by `planner calibrate --stack {stack.name}` to the {len(runs)} runs of the "
         f"{args.dataset or 'bundled'} dataset that name this stack"
     )
-    calibrated = apply_params(stack, params, note)
-    result = validate(dataset, {stack.name: calibrated})
-    fitted_runs = [r for r in result.runs if r.stack == stack.name]
+    calibrated = apply_params(stack, params, note).model_copy(
+        update={"name": calibrated_name(stack)}
+    )
+    base = base_name(stack.name)
+    result = validate(dataset, {base: calibrated, stack.name: calibrated})
+    fitted_runs = [r for r in result.runs if base_name(r.stack) == base]
     if args.out:
         Path(args.out).write_text(
             yaml.safe_dump(calibrated.model_dump(mode="json"), sort_keys=False, width=100),
@@ -92,6 +97,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     else:
         accuracy_report.print_calibration(
-            console, stack.name, before, params, fitted_runs, args.out
+            console, stack.name, before, params, fitted_runs, args.out, calibrated.name
         )
     return EXIT_OK

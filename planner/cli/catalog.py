@@ -15,9 +15,13 @@ if TYPE_CHECKING:
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The `catalog` command's parser, under ``commands``."""
     catalog = commands.add_parser("catalog", help="list or show built-in systems and models")
-    catalog.add_argument("what", choices=["systems", "models", "stacks", "show"])
+    catalog.add_argument(
+        "what",
+        choices=["systems", "models", "stacks", "show"],
+        help="list the systems, models or training stacks, or show one entry's every field",
+    )
     catalog.add_argument("name", nargs="?", help="with show: a system or model name")
-    catalog.add_argument("--json", action="store_true")
+    catalog.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -7,11 +7,11 @@ per line and a log line is not wrapped.
 A table (print_table): its numeric columns (those built with ``no_wrap=True``) are never
 wrapped, truncated or dropped; its text columns (strategies, names, notes) wrap at spaces and
 fold only words longer than WORD_CAP. When the numeric columns, the text columns at their
-floor (a column's ``min_width``, else its longest word) and the borders fit the width, the table is laid
-out here column by column (rich's own layout shrinks every column evenly as a last resort,
-numbers included, and cuts them with "…"); when they do not, each row is printed as a block
-of ``header  value`` lines under the row's first cell (the stacked layout), which fits any
-width a number fits in.
+floor (a column's ``min_width``, else its longest word) and the borders fit the width, the
+table is laid out here column by column (rich's own layout shrinks every column evenly as a
+last resort, numbers included, and cuts them with "…"); when they do not, each row is printed
+as a block of ``header  value`` lines under the row's first cell (the stacked layout), which
+fits any width a number fits in.
 """
 
 from __future__ import annotations

@@ -62,7 +62,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=[q for q in QUANTITIES if q != "cost"] + ["step-time"],
         help="also trace the Pareto front against this quantity",
     )
-    hardware_cmd.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE")
+    hardware_cmd.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="fix a knob of every plan searched, e.g. --pin tp=8 (repeatable)",
+    )
     add_limit_args(hardware_cmd, "the whole query (--sweep included)")
 
 

@@ -260,7 +260,12 @@ def add_strategy_args(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="expert tensor parallel size: ranks each expert is split over (default 0: = --tp)",
     )
-    parser.add_argument("--micro-batch", type=whole(1, lim.MAX_GLOBAL_BATCH), default=1)
+    parser.add_argument(
+        "--micro-batch",
+        type=whole(1, lim.MAX_GLOBAL_BATCH),
+        default=1,
+        help="sequences per micro-batch of each data-parallel rank (default 1)",
+    )
     parser.add_argument(
         "--interleave",
         type=whole(1, lim.MAX_LAYERS),
@@ -274,7 +279,13 @@ def add_strategy_args(parser: argparse.ArgumentParser) -> None:
         help="blocks per pipeline stage, first to last (e.g. 5,6,...,6,5: the stage before "
         "the ellipsis repeats to fill --pp stages; default: layers / pp on each)",
     )
-    parser.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
+    parser.add_argument(
+        "--recompute",
+        choices=["none", "selective", "full"],
+        default="none",
+        help="activation recomputation: none (default), selective (attention core) or full "
+        "(every block)",
+    )
     parser.add_argument(
         "--recompute-layers",
         type=whole(1, lim.MAX_LAYERS),
@@ -282,7 +293,12 @@ def add_strategy_args(parser: argparse.ArgumentParser) -> None:
         help="with --recompute full: recompute only R blocks of each stage, a multiple of "
         "--interleave (Megatron's --recompute-method block; default: every block)",
     )
-    parser.add_argument("--sequence-parallel", action="store_true")
+    parser.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="shard the norms' and dropouts' activations over the tp ranks (Megatron's sequence "
+        "parallelism)",
+    )
     parser.add_argument(
         "--placement",
         choices=["tp-cp-dp-pp", "tp-pp-dp"],
@@ -290,7 +306,14 @@ def add_strategy_args(parser: argparse.ArgumentParser) -> None:
         help="rank order, fastest first (default Megatron-Core's; tp-pp-dp: "
         "--use-tp-pp-dp-mapping, the pipeline inside the scale-up domain)",
     )
-    parser.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], default=0)
+    parser.add_argument(
+        "--zero-stage",
+        type=int,
+        choices=[0, 1, 2, 3],
+        default=0,
+        help="ZeRO sharding over the dp ranks: 1 optimizer state, 2 + gradients, 3 + weights "
+        "(default 0: none)",
+    )
     for what in ("weights", "activations", "optimizer"):
         parser.add_argument(
             f"--offload-{what}",

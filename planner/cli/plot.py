@@ -18,7 +18,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """The `plot` command's parser, under ``commands``."""
     plot_cmd = commands.add_parser("plot", help="draw a sweep's results (needs .[plot])")
     plot_cmd.add_argument("results", help="a sweep's --out folder")
-    plot_cmd.add_argument("--kind", required=True, choices=list(PLOT_KINDS))
+    plot_cmd.add_argument("--kind", required=True, choices=list(PLOT_KINDS), help="what to draw")
     plot_cmd.add_argument("--out", help="image file (.png or .svg); default: results/KIND.png")
     plot_cmd.add_argument(
         "--mfu-line",

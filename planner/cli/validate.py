@@ -23,7 +23,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     validate_cmd.add_argument(
         "--dataset", help="YAML/JSON file of runs (default: the bundled published runs)"
     )
-    validate_cmd.add_argument("--json", action="store_true")
+    validate_cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     validate_cmd.add_argument(
         "--cross-validate",
