@@ -128,7 +128,7 @@ def print_spec(console: Console, title: str, data: dict, sources: dict[str, str]
     for number, text in enumerate(cited, start=1):  # one grid each: no padding to the widest
         note = Table.grid(padding=(0, 1))
         note.add_column(justify="right", no_wrap=True, min_width=len(f"[{len(cited)}]"))
-        note.add_column()
+        note.add_column(overflow="fold")
         note.add_row(f"[{number}]", Text(" ".join(text.split())))
         console.print(Padding(note, (0, 0, 0, 2), expand=False))
 
