@@ -42,7 +42,9 @@ def print_validation(console: Console, result) -> None:
 
 def print_cross_validation(console: Console, result) -> None:
     """Leave-one-source-out error per source, what each fold was fitted on, and overall."""
-    table = Table(title="Cross-validated step-time error (leave one source out)")
+    table = Table(
+        title="Cross-validated step-time error (leave one source out)", title_justify="left"
+    )
     for column in ("left out", "runs", "mean", "worst", "calibrated on"):
         numeric = column in ("runs", "mean", "worst")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
-from planner.cli.options import whole
+from planner.cli.options import available_cpus, whole
 from planner.cli.output import EXIT_OK, print_json, slow_progress
 from planner.specs import limits as lim
 from planner.specs.quantities import CALIBRATED_PARAMETERS
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     before = current_params(stack)
     runs = runs_of_stack(dataset, stack)
     free = free or default_free(runs, stack)
-    jobs = args.jobs or os.cpu_count() or 1
+    jobs = args.jobs or available_cpus()
     fitted, _ = fit(runs, stack, free, progress=slow_progress("calibrate"), jobs=jobs)
     params = {name: fitted[name] for name in free}
     note = (

@@ -94,6 +94,17 @@ def number(low: float, high: float, low_open: bool = True) -> Callable[[str], fl
     return parse
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's or taskset's share, where
+    os.cpu_count() counts the whole host's), the default of --jobs."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
+
+
 gpu_count = whole(1, lim.MAX_GPUS)
 fraction = number(0, 1)
 _seconds = number(0, lim.MAX_TIME_LIMIT_S)

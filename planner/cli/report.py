@@ -187,7 +187,7 @@ def print_plan(
         f"{solver.constraints} constraints, {solver.table_entries} table entries)"
     )
     if solver.caps:
-        console.print("[dim]searched within: " + "; ".join(solver.caps) + "[/]")
+        console.print("[dim]searched within: " + "; ".join(solver.caps) + "[/]", soft_wrap=True)
     print_estimate(console, result.estimate, result.strategy, system)
     if result.alternatives:
         table = Table(title="Best strategies", title_justify="left")
@@ -233,8 +233,8 @@ def print_diagnosis(console: Console, result) -> None:
         f"{'s conflict' if count != 1 else ' rules every strategy out'}."
     )
     for conflict in diagnosis.conflicts:  # label, then its numbers indented (reads at 80 columns)
-        console.print(Padding(Text(conflict.label, style="bold"), (0, 0, 0, 2)))
-        console.print(Padding(Text(conflict.detail), (0, 0, 0, 4)))
+        console.print(Padding(Text(conflict.label, style="bold"), (0, 0, 0, 2), expand=False))
+        console.print(Padding(Text(conflict.detail), (0, 0, 0, 4), expand=False))
     if diagnosis.relaxations:
         console.print("What would make it feasible (each alone):")
         for fix in diagnosis.relaxations:

@@ -4,10 +4,9 @@ leave-one-source-out cross-validation."""
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
-from planner.cli.options import whole
+from planner.cli.options import available_cpus, whole
 from planner.cli.output import EXIT_OK, print_json, slow_progress
 from planner.specs import limits as lim
 
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     dataset = load_dataset(args.dataset)
     if args.cross_validate:
-        jobs = args.jobs or os.cpu_count() or 1
+        jobs = args.jobs or available_cpus()
         result = cross_validate(dataset, jobs=jobs, progress=slow_progress("validate"))
     else:
         result = validate(dataset)
