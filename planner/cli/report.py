@@ -187,7 +187,7 @@ def print_plan(
         f"{solver.constraints} constraints, {solver.table_entries} table entries)"
     )
     if solver.caps:
-        console.print("[dim]searched within: " + "; ".join(solver.caps) + "[/]", soft_wrap=True)
+        console.print("[dim]searched within: " + "; ".join(solver.caps) + "[/]")
     print_estimate(console, result.estimate, result.strategy, system)
     if result.alternatives:
         table = Table(title="Best strategies", title_justify="left")
