@@ -133,6 +133,18 @@ FIXED: list[tuple[str, str, str, dict[str, Any]]] = [
      "128T generator shapes, tp 16 across InfiniBand (net 1), pp 32 dp 32",
      exe(tensor_par=16, tensor_par_net=1, pipeline_par=32, data_par=32,
          pipeline_interleaving=1)),
+    ("search-1t-512-planner-optimum", "mt-1t",
+     "planner's optimum of search-1t-512-b512 under Calculon's arithmetic (tp 8 pp 2 dp 32, "
+     "mbs 8, interleave 32, attn_only, weights+activations offloaded), evaluated by Calculon",
+     exe(pipeline_par=2, data_par=32, batch_size=512, microbatch_size=8,
+         pipeline_interleaving=32, activation_recompute="attn_only", weight_offload=True,
+         activations_offload=True, optimizer_offload=False)),
+    ("1t-512-pp1", "mt-1t",
+     "tp 8 pp 1 dp 64, mbs 8, attn_only, weights+activations offloaded (an earlier planner "
+     "optimum under a DP window Calculon does not have; checks the one-chunk DP exposure)",
+     exe(pipeline_par=1, data_par=64, batch_size=512, microbatch_size=8,
+         pipeline_interleaving=1, activation_recompute="attn_only", weight_offload=True,
+         activations_offload=True, optimizer_offload=False)),
 ]
 
 
