@@ -13,6 +13,7 @@ from constraints.objective import StepVariables, add_step_time
 from constraints.scales import time_scale
 from constraints.structure import (
     add_batch,
+    add_calculon,
     add_canonical,
     add_divisibility,
     add_experts,
@@ -139,6 +140,8 @@ def build_plan_model(
     add_batch(variables, ctx.job)
     add_divisibility(variables, ctx.model, ctx.seq_len)
     add_placement(variables, ctx.system)
+    if ctx.calculon:
+        add_calculon(variables, ctx.model, ctx.seq_len)
     add_experts(variables, ctx.model)
     add_partial_recompute(variables)
     add_rank_order(variables)

@@ -109,8 +109,21 @@ def add_step_time(
     zero_stages = variables.domains["zero_stage"]
     zero2 = variables.onehot["zero_stage"][zero_stages.index(2)] if 2 in zero_stages else None
     stage_sums = []
+    calculon_window = tables.calculon_dp_window() if tables.ctx.calculon else None
     for stage in ("first", "last"):
         comm = tables.dp_comm(stage)
+        if tables.ctx.calculon:
+            stage_sums.append(
+                _calculon_dp_parts(
+                    variables,
+                    comm,
+                    [(1, calculon_window.once), *[(c, x) for c, x, _ in off_b]],
+                    stage,
+                    overlap,
+                    exact_exposure,
+                )
+            )
+            continue
         exposed_after = _exposed_once(
             variables,
             f"dp_after_exposed_{stage}",
@@ -174,6 +187,38 @@ def add_step_time(
     return StepVariables(
         step=step, pipeline=pipeline, dp_exposed=(dp_exposed,), optimizer=optimizer
     )
+
+
+def _calculon_dp_parts(
+    variables: Variables,
+    comm,
+    backward: list[tuple[int, cp_model.IntVar]],
+    stage: str,
+    overlap: cp_model.IntVar | None,
+    exact: bool,
+) -> list[cp_model.IntVar]:
+    """Calculon's DP exposure of a stage (step.evaluate_terms, calculon.dp_parts_s): the last
+    chunk's traffic beyond c blocks' backward of one micro-batch, the other chunks' beyond
+    p·(v − 1)·c blocks' backward (c = k/v blocks per chunk), and the part that never hides;
+    with ``backward`` one block's backward per micro-batch as (coefficient, variable) terms,
+    for each (layout, interleave) pair."""
+    parts = []
+    for name, var, scale in (
+        ("after", comm.after_backward_s, lambda p, v: 1),
+        ("before", comm.before_forward_s, lambda p, v: p * (v - 1)),
+    ):
+        if overlap is None:
+            parts.append(var)
+            continue
+        hidden = []
+        for layout, v, literals in variables.layout_interleaves():
+            blocks = layout.blocks if stage == "first" else layout.last
+            chunk = scale(layout.pp, v) * blocks // v
+            terms = [(1, var)] + [(-chunk * c, x) for c, x in backward]
+            hidden.append((terms, [overlap, *literals]))
+        hidden.append(([(1, var)], [overlap.Not()]))
+        parts.append(_excess(variables, f"dp_{name}_exposed_{stage}", hidden, exact))
+    return [*parts, comm.latency_per_step_s]
 
 
 def _pp_overlapped(

@@ -24,7 +24,7 @@ import math
 from ortools.sat.python import cp_model
 
 from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_exponent, prime_factors
-from planner.space.rules import cp_allowed
+from planner.space.rules import MIN_OFFLOAD_BLOCKS, cp_allowed
 from planner.space.search_space import FRACTION_PINS, pinned_values
 from planner.specs import JobSpec, ModelSpec, SystemSpec
 from planner.specs.quantities import OFFLOAD_STEPS
@@ -193,6 +193,33 @@ def add_placement(variables: Variables, system: SystemSpec) -> None:
     for value, chosen in zip(variables.domains["tp"], variables.onehot["tp"], strict=True):
         if value > domain:
             variables.model.AddImplication(literal, chosen.Not())
+
+
+def add_calculon(variables: Variables, model: ModelSpec, seq_len: int) -> None:
+    """Calculon's space under its arithmetic (rules.calculon_violations), for what the domains
+    (search_space.build_search_space) do not already say: offloading needs at least 3 blocks
+    per GPU; tp divides the hidden size, the FFN and the micro-batch's tokens."""
+    literal = variables.family(
+        "calculon", f"Calculon's space (offload with ≥ {MIN_OFFLOAD_BLOCKS} blocks per GPU)"
+    )
+    m, domains, onehot = variables.model, variables.domains, variables.onehot
+    few = [
+        chosen
+        for layout, chosen in zip(variables.space.layouts, onehot["layout"], strict=True)
+        if min(layout.blocks, layout.last) < MIN_OFFLOAD_BLOCKS
+    ]
+    for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
+        for code, offloaded in zip(domains[knob], onehot[knob], strict=True):
+            if code:
+                for chosen in few:
+                    m.AddBoolOr([literal.Not(), chosen.Not(), offloaded.Not()])
+    for t, tp_chosen in zip(domains["tp"], onehot["tp"], strict=True):
+        if model.hidden % t or model.ffn_hidden % t:
+            m.AddImplication(literal, tp_chosen.Not())
+            continue
+        for b, mb_chosen in zip(domains["micro_batch"], onehot["micro_batch"], strict=True):
+            if (b * seq_len) % t:
+                m.AddBoolOr([literal.Not(), tp_chosen.Not(), mb_chosen.Not()])
 
 
 def add_pins(variables: Variables) -> None:

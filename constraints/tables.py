@@ -43,6 +43,7 @@ from constraints.scales import (
     memory_unit_bytes,
 )
 from constraints.variables import Variables
+from planner.cost import calculon
 from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import CostContext
 from planner.cost.experts import expert_dp_size
@@ -180,6 +181,8 @@ class TableBuilder:
         the comm_exposed knobs). Sequence parallelism only changes the expert traffic's
         overlap window, and an MoE model has it exactly when tp > 1 (planner.space.rules)."""
         sp = g["tp"] > 1 if ctx.model.is_moe else 0
+        if ctx.calculon:  # Calculon's TP collectives differ with sequence parallelism (rs_ag)
+            sp = g["sequence_parallel"]
         pieces = block_pieces(
             ctx,
             g["tp"],
@@ -197,11 +200,16 @@ class TableBuilder:
 
     COMM_KNOBS = ("tp", "cp", "micro_batch", "tp_overlap", "ep", "expert_tp")
 
+    @property
+    def comm_knobs(self) -> tuple[str, ...]:
+        """COMM_KNOBS, and sequence parallelism under Calculon's arithmetic."""
+        return (*self.COMM_KNOBS, "sequence_parallel") if self.ctx.calculon else self.COMM_KNOBS
+
     def comm_exposed(self) -> PerBlock:
         """Exposed TP, CP and expert traffic per block per micro-batch."""
         return self.per_block(
             "comm_exposed",
-            (*self.COMM_KNOBS, "recompute"),
+            (*self.comm_knobs, "recompute"),
             lambda ctx, g: self.exposed_comm_s(ctx, g, g["recompute"]),
             affected=("scale_out_bw",),
         )
@@ -229,7 +237,17 @@ class TableBuilder:
             self.per_block(
                 "partial_compute", ("tp", "cp", "micro_batch", "sequence_parallel", "ep"), compute
             ),
-            self.per_block("partial_comm", self.COMM_KNOBS, comm, affected=("scale_out_bw",)),
+            self.per_block("partial_comm", self.comm_knobs, comm, affected=("scale_out_bw",)),
+        )
+
+    def calculon_dp_window(self) -> PerBlock:
+        """Under Calculon's arithmetic, a block's backward flop time with its recompute per
+        micro-batch (compute.BlockTimes.offload_backward_window): what DP traffic hides under,
+        with the backward's offload stalls (step.BlockPieces.calculon_window_s)."""
+        return self.per_block(
+            "calculon_dp_window",
+            BLOCK_TIME_KNOBS,
+            lambda ctx, g: grid_block_times(ctx, g).offload_backward_window,
         )
 
     def offload_exposed(self) -> tuple[PerBlock, PerBlock]:
@@ -254,13 +272,15 @@ class TableBuilder:
             return weight_link_s(ctx, g["offload_weights"], params, tier)[index]
 
         def backward_s(ctx: CostContext, g: Grid) -> np.ndarray:
-            t = grid_block_times(ctx, g)
-            return t.backward_s + t.recompute_s
+            return grid_block_times(ctx, g).offload_backward_window
 
-        c_f = self.per_block("offload_cf", axes, lambda ctx, g: grid_block_times(ctx, g).forward_s)
+        def forward_s(ctx: CostContext, g: Grid) -> np.ndarray:
+            return grid_block_times(ctx, g).offload_forward_window
+
+        c_f = self.per_block("offload_cf", axes, forward_s)
         c_b = self.per_block("offload_cb", axes, backward_s)
-        forward: list[tuple[PerBlock, PerBlock | None]] = []
-        backward: list[tuple[PerBlock, PerBlock | None]] = []
+        forward: list[tuple[PerBlock, ...]] = []
+        backward: list[tuple[PerBlock, ...]] = []
         for tier in range(1, len(ctx.system.memory_tiers)):
             affected = ("offload_bw",) if tier == 1 else ()
             a = self.per_block(
@@ -278,26 +298,52 @@ class TableBuilder:
                 )
                 for i, pass_ in enumerate(("f", "b"))
             )
-            forward += [(w_f, None), (a, None)]
-            backward.append((w_b, a))
+            forward += [(w_f,), (a,)]
+            backward.append((w_b, a, *self.optimizer_stream(tier)))
         return (
             self._exposed("offload_forward", forward, c_f),
             self._exposed("offload_backward", backward, c_b),
         )
 
+    def optimizer_stream(self, tier: int) -> tuple[PerBlock, ...]:
+        """Under Calculon's arithmetic, the block's offloaded optimizer state streamed in each
+        backward on tier 1's link (calculon.optimizer_stream_s), a table over (tp, cp,
+        micro_batch, layout, zero_stage, offload_optimizer): dp follows from the layout;
+        otherwise nothing."""
+        if not self.ctx.calculon or tier != 1:
+            return ()
+
+        def seconds(ctx: CostContext, g: Grid) -> np.ndarray:
+            ranks = self.data_parallel(g) * g["cp"]
+            return calculon.optimizer_stream_s(
+                ctx, g["tp"], ranks, g["zero_stage"], g["offload_optimizer"], offloaded_share
+            )
+
+        knobs = ("tp", "cp", "micro_batch", "layout", "zero_stage", "offload_optimizer")
+        if not self.free_gpus:
+            return (self.per_block("offload_o1_b", knobs, seconds, ("offload_bw",)),)
+        grid, once = self.evaluate((*knobs, "dp"), seconds, ("offload_bw",))
+        return (
+            PerBlock(
+                once=self.time("offload_o1_b", grid, once),
+                per_step=self.time("offload_o1_b_per_step", grid, self.step_scale(grid) * once),
+                pp_power=0,
+            ),
+        )
+
     def _exposed(
         self,
         name: str,
-        links: list[tuple[PerBlock, PerBlock | None]],
+        links: list[tuple[PerBlock, ...]],
         compute: PerBlock,
     ) -> PerBlock:
-        """max(0, max over ``links`` of (x + y) − compute), once and per step: an exposed
+        """max(0, max over ``links`` of their sum − compute), once and per step: an exposed
         stall, exactly, from the pieces' tables."""
         m, v = self.variables.model, self.variables
 
         def exposed(suffix: str, part) -> cp_model.IntVar:
-            terms = [part(x) + (part(y) if y is not None else 0) - part(compute) for x, y in links]
-            bound = max(v.ub(part(x)) + (v.ub(part(y)) if y is not None else 0) for x, y in links)
+            terms = [sum(part(x) for x in link) - part(compute) for link in links]
+            bound = max(sum(v.ub(part(x)) for x in link) for link in links)
             target = v.new_int(f"{name}{suffix}", bound)
             m.AddMaxEquality(target, [0, *terms])
             return target
@@ -375,6 +421,8 @@ class TableBuilder:
         levels needed more than planner's 10^6 table entries with the latencies too)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
         knobs += (*self.placement_axes, *self.EXPERT_AXES)
+        # Calculon's DP parts split by chunk (calculon.dp_parts_s)
+        knobs += ("interleave",) if self.ctx.calculon else ()
 
         def part(name: str) -> cp_model.IntVar:
             def cost(ctx: CostContext, g: Grid) -> np.ndarray:
@@ -390,6 +438,7 @@ class TableBuilder:
                     g["recompute"],
                     g["cp"],
                     self.expert_dp(g),
+                    g["interleave"] if self.ctx.calculon else 1,
                 )
                 return getattr(times, name)
 
@@ -413,6 +462,8 @@ class TableBuilder:
                 g["cp"],
                 params.experts,
                 self.expert_dp(g),
+                g["tp"],
+                g[stage],
             )
 
         grid, slowest = self.evaluate(
@@ -429,10 +480,17 @@ class TableBuilder:
         shards over dp·cp ranks (the routed experts over their edp)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", *self.EXPERT_AXES)
         parts = []
-        for offloaded, items in (
-            ("offload_weights", ("weights", "gradients")),
-            ("offload_optimizer", ("optimizer",)),
-        ):
+        # Under Calculon's arithmetic the gradients follow the optimizer's offload, not the
+        # weights' (calculon.model_state).
+        groups = (
+            (("offload_weights", ("weights",)), ("offload_optimizer", ("gradients", "optimizer")))
+            if self.ctx.calculon
+            else (
+                ("offload_weights", ("weights", "gradients")),
+                ("offload_optimizer", ("optimizer",)),
+            )
+        )
+        for offloaded, items in groups:
             g = make_grid(self.variables, (*knobs, offloaded))
             state = model_state(
                 self.ctx,
@@ -484,12 +542,21 @@ class TableBuilder:
             self.memory(f"activations_tier{k}", g, offloaded_share(code, k) * per_block)
             for k in range(1, len(ctx.system.memory_tiers))
         ]
-        r = make_grid(self.variables, ("tp", "cp", "micro_batch", "recompute", "sequence_parallel"))
+        r_knobs = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel")
+        # Calculon's resident activations depend on their offload (calculon.
+        # resident_activation_bytes).
+        r_knobs += ("offload_activations",) if ctx.calculon else ()
+        r = make_grid(self.variables, r_knobs)
         rebuilt = self.memory(
             "activations_rebuilt",
             r,
             rebuilt_activation_bytes(
-                ctx, r["tp"], r["micro_batch"] / r["cp"], r["recompute"], r["sequence_parallel"]
+                ctx,
+                r["tp"],
+                r["micro_batch"] / r["cp"],
+                r["recompute"],
+                r["sequence_parallel"],
+                r["offload_activations"] if ctx.calculon else 0,
             ),
         )
         return stored, working, offloaded, rebuilt

@@ -48,6 +48,18 @@ def simple_system(**overrides: object) -> SystemSpec:
     return SystemSpec.model_validate(fields)
 
 
+def calculon_tables(network_tiers: int) -> dict[str, object]:
+    """The poster system's Calculon tables (hardware_catalog/systems/h100-offload-512g-poster
+    .yaml) for a system of ``network_tiers`` network tiers (the first and the last tier's
+    processor_usage and all-reduce offset), for tests under the Calculon arithmetic."""
+    import hardware_catalog
+
+    tables = hardware_catalog.load_system("h100-offload-512g-poster").calculon.model_dump()
+    for key in ("processor_usage", "all_reduce_offset"):
+        tables[key] = tuple(tables[key][-network_tiers:] if network_tiers == 1 else tables[key])
+    return tables
+
+
 @pytest.fixture
 def ctx() -> CostContext:
     return CostContext(

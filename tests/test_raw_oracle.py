@@ -36,7 +36,8 @@ from planner.space.reductions import canonical_values, stated_caps
 from planner.space.rules import strategy_violations
 from planner.space.search_space import strategy_from_values
 from planner.specs import JobSpec, ModelSpec, Strategy
-from tests.conftest import simple_system
+from planner.specs.system import CalculonTables
+from tests.conftest import calculon_tables, simple_system
 from tests.test_planner import REL, SMALL_BUCKETS
 
 STACKS = [*hardware_catalog.stack_names(), SMALL_BUCKETS]
@@ -102,8 +103,33 @@ def raw_problems(draw):
         attention=draw(st.sampled_from(["flash", "materialized"])),
         stack=draw(st.sampled_from(STACKS)),
     )
+    if job.stack == "calculon":  # Calculon's arithmetic: its tables, dense GPT blocks
+        tables = calculon_tables(len(system.network_tiers))
+        system = system.model_copy(update={"calculon": CalculonTables(**tables)})
+        model = ModelSpec(
+            **{
+                **shape,
+                "kv_heads": heads,
+                "ffn_kind": "gelu",
+                "experts": 0,
+                "experts_per_token": 0,
+                "expert_ffn_hidden": 0,
+            }
+        )
     skew = draw(st.sampled_from([0, 1, 4]))
     return model, system, job, gpus, {**CAPS, "max_stage_skew": skew}
+
+
+@st.composite
+def calculon_problems(draw):
+    """raw_problems under the Calculon arithmetic (stack calculon, the poster's tables)."""
+    model, system, job, gpus, caps = draw(raw_problems())
+    # Calculon models dense GPT blocks (calculon.tables)
+    dense = dict(experts=0, experts_per_token=0, expert_ffn_hidden=0, ffn_kind="gelu")
+    model = ModelSpec(**{**model.model_dump(), **dense, "kv_heads": model.heads})
+    tables = calculon_tables(len(system.network_tiers))
+    system = system.model_copy(update={"calculon": CalculonTables(**tables)})
+    return model, system, job.model_copy(update={"stack": "calculon"}), gpus, caps
 
 
 def _fits(ctx: CostContext, terms) -> np.ndarray:
@@ -245,3 +271,27 @@ def test_llama3_70b_at_128k_tokens_shards_its_state_over_context_parallel_ranks(
     assert reference.fits
     assert result.status == "optimal"
     assert result.estimate.step_time_s <= reference.step_time_s * (1 + 1e-9)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calculon_problems())
+def test_plan_proves_the_raw_oracles_optimum_under_calculons_arithmetic(problem) -> None:
+    """Calculon's arithmetic and space (rules.calculon_violations as the solver's domains and
+    its calculon family): the proven optimum is the raw product's fastest valid strategy."""
+    test_plan_proves_the_raw_oracles_optimum.hypothesis.inner_test(problem)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calculon_problems(), st.randoms(use_true_random=False))
+def test_the_oracles_rules_are_planner_rules_under_calculons_arithmetic(problem, rng) -> None:
+    """The vectorised Calculon rules agree with rules.calculon_violations."""
+    test_the_oracles_rules_are_planner_rules.hypothesis.inner_test(problem, rng)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calculon_problems())
+def test_canonical_twins_under_calculons_arithmetic(problem) -> None:
+    """The canonical cuts hold under Calculon's arithmetic too."""
+    test_every_canonical_twin_is_valid_and_costs_what_its_strategy_costs.hypothesis.inner_test(
+        problem
+    )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost import calculon
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.efficiency import attention_kernel_efficiency, matmul_time_s
 from planner.cost.experts import imbalance
@@ -54,6 +55,23 @@ class BlockTimes:
     attention_forward_s: np.ndarray
     """The attention core's forward: the window CP's K/V exchange hides under."""
     attention_backward_s: np.ndarray
+    offload_forward_window_s: np.ndarray | None = None
+    """What an offload transfer hides under in the forward; None: the forward (Calculon's
+    arithmetic: its flop time, as its transfers cannot overlap the block's HBM traffic)."""
+    offload_backward_window_s: np.ndarray | None = None
+    """Likewise in the backward; None: the backward and the recompute."""
+
+    @property
+    def offload_forward_window(self) -> np.ndarray:
+        if self.offload_forward_window_s is None:
+            return self.forward_s
+        return self.offload_forward_window_s
+
+    @property
+    def offload_backward_window(self) -> np.ndarray:
+        if self.offload_backward_window_s is None:
+            return self.backward_s + self.recompute_s
+        return self.offload_backward_window_s
 
 
 def _memory_bound_forward_bytes(
@@ -109,7 +127,10 @@ def block_times(
     ep: ArrayLike = 1,
 ) -> BlockTimes:
     """Forward, backward and recompute time of one block per micro-batch on one rank; the
-    busiest expert-parallel rank runs ``expert_imbalance`` × the mean routed-expert GEMMs."""
+    busiest expert-parallel rank runs ``expert_imbalance`` × the mean routed-expert GEMMs.
+    Under Calculon's arithmetic, Calculon's layers (planner/cost/calculon.py calculon_block)."""
+    if ctx.calculon:
+        return _calculon_times(ctx, tp, mb, recompute, sp)
     accel, peak, stack = ctx.system.accelerator, ctx.peak_flops, ctx.stack
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
     gemms = block_gemms(ctx, tp, local_mb, ep)
@@ -143,12 +164,36 @@ def block_times(
     )
 
 
+def _calculon_times(
+    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, recompute: ArrayLike, sp: ArrayLike
+) -> BlockTimes:
+    """Calculon's block (calculon.calculon_block): forward = fw, backward = agrad + wgrad,
+    recompute = the rebuilt layers' fw, each flop + memory time; the TP overlap's slowdown
+    is the TP term's (step.block_pieces). Offload hides under the flop time of the forward
+    and of the backward plus the recompute (llm.py _compute_batch_stats: the transfer plus
+    the block's memory time against the block's time)."""
+    block = calculon.calculon_block(ctx, tp, mb, recompute, sp)
+    zero = np.zeros_like(block.forward_s)
+    return BlockTimes(
+        forward_s=block.forward_s,
+        backward_s=block.agrad_s + block.wgrad_s,
+        recompute_s=block.recompute_s,
+        forward_gemm_s=zero,
+        attention_forward_s=zero,
+        attention_backward_s=zero,
+        offload_forward_window_s=block.forward_flop_s,
+        offload_backward_window_s=block.backward_flop_s + block.recompute_s,
+    )
+
+
 def lm_head_time_s(ctx: CostContext, tp: ArrayLike, mb: ArrayLike, cp: ArrayLike = 1):
     """Forward + backward of the LM head and the loss on the last stage, per micro-batch, on
     one rank's b/cp sequences. Depends on (tp, cp, micro_batch). Logits GEMM (vocab-parallel
     over t), then the fused cross entropy that writes fp32 logits, reads them and writes their
-    gradient (3 × 4 bytes each)."""
+    gradient (3 × 4 bytes each). None under Calculon's arithmetic, which models no head."""
     t = np.asarray(tp, dtype=float)
+    if ctx.calculon:
+        return np.zeros(np.broadcast(t, np.asarray(mb), np.asarray(cp)).shape)
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
     flops = logits_forward_flops(ctx, local_mb) / t
     gemm = matmul_time_s(ctx.system.accelerator, ctx.peak_flops, flops) / ctx.stack.gemm_efficiency

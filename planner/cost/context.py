@@ -95,4 +95,11 @@ class CostContext:
 
     @property
     def flash(self) -> bool:
-        return self.job.attention == "flash"
+        """A fused flash kernel; never under Calculon's arithmetic, which materialises the
+        attention scores (planner/cost/calculon.py)."""
+        return self.job.attention == "flash" and not self.calculon
+
+    @property
+    def calculon(self) -> bool:
+        """Whether the stack runs Calculon's arithmetic (StackProfile.arithmetic)."""
+        return self.stack.arithmetic == "calculon"

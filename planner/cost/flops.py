@@ -115,9 +115,11 @@ def logits_forward_flops(ctx: CostContext, sequences: ArrayLike) -> np.ndarray:
 
 def model_flops_per_step(ctx: CostContext) -> float:
     """FLOPs of one training step without recompute (forward + backward = 3 × forward); the
-    numerator of MFU (Korthikanti et al. 2022, §6)."""
+    numerator of MFU (Korthikanti et al. 2022, §6). Without the LM head under Calculon's
+    arithmetic, which models none (llm.py get_useful_flops sums the blocks' layers)."""
     batch = ctx.job.global_batch
-    forward = ctx.model.layers * block_forward_flops(ctx, batch) + logits_forward_flops(ctx, batch)
+    head = 0.0 if ctx.stack.arithmetic == "calculon" else logits_forward_flops(ctx, batch)
+    forward = ctx.model.layers * block_forward_flops(ctx, batch) + head
     return float(3 * forward)
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost import calculon
 from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_dp_size, expert_tp_size
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
@@ -50,7 +51,10 @@ def block_activation_bytes(
     ctx: CostContext, tp: ArrayLike, mb: ArrayLike, recompute: ArrayLike, sp: ArrayLike
 ) -> np.ndarray:
     """Activation bytes one block stores per micro-batch on one rank (formulas above).
-    Depends on (tp, micro_batch, recompute, sequence_parallel)."""
+    Depends on (tp, micro_batch, recompute, sequence_parallel). Calculon's storage space under
+    its arithmetic (calculon.stored_activation_bytes)."""
+    if ctx.calculon:
+        return calculon.stored_activation_bytes(ctx, tp, mb, recompute, sp)
     m, s = ctx.model, ctx.seq_len
     t = np.asarray(tp, dtype=float)
     split = np.asarray(sp, dtype=bool)
@@ -147,8 +151,16 @@ def stage_params(
 
     The first stage holds the input embedding, the last the LM head (a tied copy when p > 1, as
     Megatron does) and the final norm, the middle stages blocks only. With p = 1 the one stage
-    holds both (one matrix when tied)."""
+    holds both (one matrix when tied). Under Calculon's arithmetic no stage holds either, and
+    a block is Calculon's weights (calculon.weight_elements)."""
     m = ctx.model
+    if ctx.calculon:
+        block = calculon.weight_elements(ctx, tp)
+        count = np.asarray(blocks, dtype=float)
+        nothing = 0.0 * block
+        return StageParams(
+            blocks=block * count, block=block, extra=nothing, experts=nothing, expert_block=nothing
+        )
     t = np.asarray(tp, dtype=float)
     p = np.asarray(pp, dtype=float)
     block = block_params_per_rank(ctx, tp, ep, expert_tp)
@@ -243,7 +255,18 @@ def model_state(
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
     HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
-    head stay in HBM. Offloading a share of the optimizer state moves that share."""
+    head stay in HBM. Offloading a share of the optimizer state moves that share. Under
+    Calculon's arithmetic, Calculon's optimizer sharding (calculon.model_state)."""
+    if ctx.calculon:
+        tiers = range(1, len(ctx.system.memory_tiers))
+
+        def share(code: ArrayLike) -> tuple[np.ndarray, list[np.ndarray]]:
+            return offloaded_share(code), [offloaded_share(code, tier) for tier in tiers]
+
+        weights, gradients, optimizer, offloaded = calculon.model_state(
+            ctx, tp, blocks, dp, zero_stage, share(offload_weights), share(offload_optimizer)
+        )
+        return ModelState(weights, gradients, optimizer, tuple(offloaded))
     e, g = ACTIVATION_BYTES, ctx.grad_bytes
     zero = np.asarray(zero_stage)
     d = np.asarray(dp, dtype=float)
@@ -294,17 +317,30 @@ def model_state(
 
 
 def rebuilt_activation_bytes(
-    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, recompute: ArrayLike, sp: ArrayLike
+    ctx: CostContext,
+    tp: ArrayLike,
+    mb: ArrayLike,
+    recompute: ArrayLike,
+    sp: ArrayLike,
+    offload_activations: ArrayLike = 0,
 ) -> np.ndarray:
     """Full recompute rebuilds one block's whole activations during its backward: that block's
     activations without recompute, resident while it runs. Depends on (tp, micro_batch,
-    recompute, sequence_parallel)."""
+    recompute, sequence_parallel). Under Calculon's arithmetic, Calculon's working space and
+    activation gradients of one block (calculon.resident_activation_bytes, which also depends
+    on the activations' offload share)."""
+    if ctx.calculon:
+        share = offloaded_share(offload_activations)
+        return calculon.resident_activation_bytes(ctx, tp, mb, recompute, sp, share)
     whole = block_activation_bytes(ctx, tp, mb, 0, sp)
     return np.where(np.asarray(recompute) == 2, whole, 0.0)
 
 
 def logits_bytes(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> np.ndarray:
-    """The last stage's fp32 logits of one micro-batch, vocab-parallel: 4·b·s·V/t."""
+    """The last stage's fp32 logits of one micro-batch, vocab-parallel: 4·b·s·V/t (none under
+    Calculon's arithmetic)."""
+    if ctx.calculon:
+        return np.zeros(np.broadcast(np.asarray(tp), np.asarray(mb)).shape)
     tokens = np.asarray(mb, dtype=float) * ctx.seq_len
     return 4.0 * tokens * ctx.model.vocab / np.asarray(tp, dtype=float)
 
@@ -356,6 +392,7 @@ def stage_memory(
         local_mb,
         np.where(recomputed > 0, FULL, k["recompute"]),
         k["sequence_parallel"],
+        k["offload_activations"],
     )
     act_working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * per_block
     q_a = offloaded_share(k["offload_activations"])

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.cost import calculon
 from planner.cost.compute import BlockTimes
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.specs import offload_eighths, offload_tier
@@ -55,6 +56,10 @@ def weight_link_s(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per block on tier ``tier``'s link for the offloaded weights:
     q_w·e·P and q_w·(e + g)·P bytes (weights; weights and gradient accumulators)."""
+    if ctx.calculon:  # Calculon streams the 16-bit weights each way, never the gradients
+        share = offloaded_share(offload_weights, tier) * np.asarray(block_params, dtype=float)
+        link = calculon.offload_s(ctx, ACTIVATION_BYTES * share, tier)
+        return link, link
     rate = link_bytes_per_s(ctx, tier)
     share = offloaded_share(offload_weights, tier) * np.asarray(block_params, dtype=float) / rate
     return share * ACTIVATION_BYTES, share * (ACTIVATION_BYTES + ctx.grad_bytes)
@@ -68,8 +73,10 @@ def activation_link_s(
 ) -> np.ndarray:
     """Seconds per block on tier ``tier``'s link for the offloaded activations, written in the
     forward and read back in the backward: q_a·A_block bytes each way."""
-    rate = link_bytes_per_s(ctx, tier)
-    return offloaded_share(offload_activations, tier) * np.asarray(block_activations) / rate
+    share = offloaded_share(offload_activations, tier) * np.asarray(block_activations)
+    if ctx.calculon:
+        return calculon.offload_s(ctx, share, tier)
+    return share / link_bytes_per_s(ctx, tier)
 
 
 def offload_exposed_s(
@@ -79,17 +86,21 @@ def offload_exposed_s(
     times: BlockTimes,
     block_params: np.ndarray,
     block_activations: np.ndarray,
+    optimizer_link_s: np.ndarray | float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exposed offload time per block per micro-batch: (forward pass, backward pass)."""
+    """Exposed offload time per block per micro-batch: (forward pass, backward pass).
+    ``optimizer_link_s``: the block's optimizer state streamed in each backward (Calculon's
+    arithmetic: calculon.optimizer_stream_s; it joins tier 1's backward link)."""
     link_forward = np.zeros(())
     link_backward = np.zeros(())
     for tier in range(1, len(ctx.system.memory_tiers)):
         w_forward, w_backward = weight_link_s(ctx, offload_weights, block_params, tier)
         a_link = activation_link_s(ctx, offload_activations, block_activations, tier)
         link_forward = np.maximum(link_forward, np.maximum(w_forward, a_link))
-        link_backward = np.maximum(link_backward, w_backward + a_link)
-    forward_exposed = np.maximum(0.0, link_forward - times.forward_s)
-    backward_exposed = np.maximum(0.0, link_backward - times.backward_s - times.recompute_s)
+        optimizer = optimizer_link_s if tier == 1 else 0.0
+        link_backward = np.maximum(link_backward, w_backward + a_link + optimizer)
+    forward_exposed = np.maximum(0.0, link_forward - times.offload_forward_window)
+    backward_exposed = np.maximum(0.0, link_backward - times.offload_backward_window)
     return forward_exposed, backward_exposed
 
 

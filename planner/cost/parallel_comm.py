@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost import calculon
 from planner.cost.compute import BlockTimes
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.flops import (
@@ -114,6 +115,7 @@ def dp_comm_times_s(
     recompute: ArrayLike,
     cp: ArrayLike = 1,
     expert_dp: ArrayLike = 1,
+    interleave: ArrayLike = 1,
 ) -> DpCommTimes:
     """DP communication of a stage of ``blocks`` blocks whose ranks hold ``params`` each, over
     the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans); the
@@ -124,7 +126,17 @@ def dp_comm_times_s(
     per-block collective (llm-foundry's H100 table, 128 → 512 GPUs) while its transfers hide
     under compute — a ring is a chain of g−1 dependent hand-offs that the compute kernels on
     every rank delay. Depends on (tp, cp, dp, zero_stage, recompute, ep, expert_tp), the
-    stage's layout and the placement."""
+    stage's layout and the placement. Under Calculon's arithmetic, Calculon's per-block
+    collectives (calculon.dp_parts_s): the hideable part after the backward, the rest a
+    latency that never hides: the last chunk's share after the backward, the other chunks'
+    before the forward (their windows: step.evaluate_terms), depending on the interleave v."""
+    if ctx.calculon:
+        ranks = np.asarray(dp) * np.asarray(cp)
+        last, others, shown = calculon.dp_parts_s(
+            ctx, params.block, blocks, ranks, span, zero_stage, interleave
+        )
+        nothing = np.zeros_like(shown)
+        return DpCommTimes(last, others, nothing, shown, nothing)
     zero = np.asarray(zero_stage)
     # FSDP (per-block units) recomputes a block inside that block's backward, whose weights
     # are gathered already; other ZeRO-3 implementations gather them again for the recompute.

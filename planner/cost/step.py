@@ -51,6 +51,10 @@ dispatch and combine to U and reduce their routed experts' gradients over the
 expert-data-parallel ranks (planner/cost/experts.py). Overlaps are what the stack can do: a
 strategy's ``dp_overlap`` or ``tp_overlap`` takes effect only where its stack profile has it; TP
 overlap leaves the stack's ``tp_overlap_contention`` share of the hidden time exposed.
+
+Over 500 lines by design: the step's composition (block pieces, stages, pipeline, DP exposure,
+optimizer) is one formula that evaluation, the solver's tables and the oracle share; the
+Calculon arithmetic's hooks (planner/cost/calculon.py) took it past 500.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from planner.cost import calculon
 from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.experts import expert_dp_size, expert_exposed_s, expert_traffic_s
@@ -79,7 +84,7 @@ from planner.cost.memory import (
 from planner.cost.network import (
     all_reduce_s,
 )
-from planner.cost.offload import offload_exposed_s, optimizer_step_s
+from planner.cost.offload import offload_exposed_s, offloaded_share, optimizer_step_s
 from planner.cost.parallel_comm import cp_exposed_s, dp_comm_times_s, group_spans, pp_message_s
 from planner.specs import RECOMPUTE_CODES
 
@@ -156,6 +161,10 @@ class BlockPieces:
     ep_exposed_s: np.ndarray
     offload_forward_s: np.ndarray
     offload_backward_s: np.ndarray
+    calculon_window_s: np.ndarray
+    """Under Calculon's arithmetic, what DP traffic hides under in a block's backward: its
+    flop time and recompute (Calculon's DP cannot overlap HBM traffic) with the offload
+    stalls; 0 otherwise."""
 
     @property
     def total_s(self) -> np.ndarray:
@@ -194,6 +203,7 @@ def block_pieces(
     cp: ArrayLike = 1,
     ep: ArrayLike = 1,
     expert_tp: ArrayLike = 0,
+    optimizer_link_s: ArrayLike = 0.0,
 ) -> BlockPieces:
     """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: an
     all-reduce (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
@@ -201,7 +211,9 @@ def block_pieces(
     recompute; an MoE block's FFN has one only for its shared experts (its routed experts'
     traffic is the expert term, planner/cost/experts.py); with TP overlap (where the stack has
     it) they hide under the weight GEMMs of those passes. CP: the K/V ring of the module
-    docstring."""
+    docstring. Under Calculon's arithmetic the TP term is Calculon's per-GEMM tiled overlap
+    (calculon.calculon_block tp_s) and ``optimizer_link_s`` the optimizer state streamed in
+    each backward (calculon.optimizer_stream_s)."""
     m = ctx.model
     t = np.asarray(tp, dtype=float)
     code = np.asarray(recompute)
@@ -220,6 +232,9 @@ def block_pieces(
     tp_exposed = np.where(
         np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap, overlapped, tp_raw
     )
+    if ctx.calculon:
+        overlap = np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap
+        tp_exposed = calculon.calculon_block(ctx, tp, mb, code, sp, overlap).tp_s
     expert_traffic = expert_traffic_s(ctx, tp, expert_tp, ep, local_mb, code)
     compute_s = times.forward_s + times.backward_s + times.recompute_s
     offload_forward, offload_backward = offload_exposed_s(
@@ -229,6 +244,7 @@ def block_pieces(
         times,
         block_params_per_rank(ctx, tp, ep, expert_tp),
         block_activation_bytes(ctx, tp, local_mb, code, sp),
+        optimizer_link_s,
     )
     return BlockPieces(
         forward_s=times.forward_s,
@@ -239,6 +255,9 @@ def block_pieces(
         ep_exposed_s=expert_exposed_s(ctx, expert_traffic, compute_s),
         offload_forward_s=offload_forward,
         offload_backward_s=offload_backward,
+        calculon_window_s=(
+            times.offload_backward_window + offload_backward if ctx.calculon else np.zeros(())
+        ),
     )
 
 
@@ -269,10 +288,18 @@ def optimizer_time_s(
     cp: ArrayLike = 1,
     expert_params: ArrayLike = 0,
     expert_dp: ArrayLike = 1,
+    tp: ArrayLike = 1,
+    blocks: ArrayLike = 1,
 ) -> np.ndarray:
     """The optimizer step on a stage's rank state, ``params`` parameters of which
     ``expert_params`` routed experts, ZeRO-sharded over d·cp ranks (the experts over their
-    ``expert_dp``), plus the stack's fixed per-step overhead."""
+    ``expert_dp``), plus the stack's fixed per-step overhead. Under Calculon's arithmetic,
+    Calculon's step of the stage's ``blocks`` blocks at ``tp`` (calculon.optimizer_step_s)."""
+    if ctx.calculon:
+        ranks = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
+        return calculon.optimizer_step_s(ctx, tp, blocks, ranks, zero_stage) + (
+            ctx.stack.step_overhead_s
+        )
     experts = np.asarray(expert_params, dtype=float)
     dense = np.asarray(params, dtype=float) - experts
     sharded = np.asarray(zero_stage) >= 1
@@ -318,6 +345,14 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     n = ctx.job.global_batch / (d * np.asarray(k["micro_batch"], dtype=float))
     blocks = layout_blocks(ctx, p, k["first_blocks"], k["middle_blocks"], k["last_blocks"])
 
+    optimizer_link = (
+        calculon.optimizer_stream_s(
+            ctx, k["tp"], d * c, k["zero_stage"], k["offload_optimizer"], offloaded_share
+        )
+        if ctx.calculon
+        else 0.0
+    )
+
     def pieces(recompute: ArrayLike) -> BlockPieces:
         return block_pieces(
             ctx,
@@ -331,6 +366,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             k["cp"],
             k["ep"],
             k["expert_tp"],
+            optimizer_link,
         )
 
     partial = np.asarray(k["recompute_layers"])
@@ -383,9 +419,17 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             k["recompute"],
             k["cp"],
             expert_dp,
+            k["interleave"],
         )
+        # Calculon (calculon.dp_parts_s): the last chunk's DP traffic hides under that chunk's
+        # backward of one micro-batch (1/v of the stage's), the other chunks' under the p
+        # micro-batches that pass through them (llm.py _compute_batch_stats: overlap_window
+        # = pipeline_par × chunk_dp_overlap_time): p·(v − 1)/v of the stage's backward.
         backward_window = np.where(overlap, stage[kind].backward_window_s, 0.0)
         forward_window = np.where(overlap, stage[kind].forward_window_s, 0.0)
+        if ctx.calculon:
+            window = np.where(overlap, stage[kind].calculon_window_s, 0.0)
+            backward_window, forward_window = window / v, p * (v - 1) / v * window
         per_mb_window = np.where(
             np.asarray(k["zero_stage"]) == 2, backward_window, forward_window + backward_window
         )
@@ -405,6 +449,8 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             k["cp"],
             params.experts,
             expert_dp,
+            k["tp"],
+            blocks[kind],
         )
         present = stage_present(p, kind)
         dp_exposed = np.maximum(dp_exposed, np.where(present, exposed, 0.0))

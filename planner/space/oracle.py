@@ -25,7 +25,7 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
 from planner.cost.knobs import Knobs
 from planner.cost.step import StepTerms, evaluate_terms
-from planner.space.rules import divisors
+from planner.space.rules import MIN_OFFLOAD_BLOCKS, divisors
 from planner.space.search_space import (
     KNOBS,
     SearchSpace,
@@ -43,8 +43,9 @@ from planner.specs import (
     ModelSpec,
     Strategy,
     SystemSpec,
+    offload_eighths,
 )
-from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP
+from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP, OFFLOAD_STEPS
 
 STRUCTURAL_KNOBS = ("cp", "ep", "expert_tp", "micro_batch", "interleave", "placement")
 """The knobs besides tp and the layout that the structural rules read (structure_mask)."""
@@ -144,6 +145,9 @@ def structure_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray
         ok &= (e == 1) | (k["placement"] == 0)
     else:
         ok &= (k["ep"] == 1) & (k["expert_tp"] == 0)
+    if ctx.calculon:  # rules.calculon_violations
+        ok &= (c == 1) & even & (k["first_blocks"] == m.layers / p)
+        ok &= (m.hidden % t == 0) & (m.ffn_hidden % t == 0) & ((b * ctx.seq_len) % t == 0)
     # A stated cap (reductions.stated_caps): TP inside one scale-up domain unless the
     # system allows otherwise.
     if not ctx.system.tp_across_domain and len(ctx.system.network_tiers) > 1:
@@ -164,6 +168,12 @@ def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) 
     ok &= (r == 0) | ((k["recompute"] == 0) & (k["zero_stage"] < 3) & ~offloaded & (r % v == 0))
     # A stated cap: partial recompute of fewer blocks than the lightest (last) stage holds.
     ok &= r < k["last_blocks"]
+    if ctx.calculon:  # rules.calculon_violations
+        ok &= (k["zero_stage"] <= 1) & (r == 0)
+        for kind in ("weights", "activations", "optimizer"):
+            code = k[f"offload_{kind}"]
+            ok &= (code == 0) | (offload_eighths(code) == OFFLOAD_STEPS)
+        ok &= ~offloaded | (k["first_blocks"] >= MIN_OFFLOAD_BLOCKS)
     for name, value in space.pins.items():
         knob, allowed = pinned_values(space, name, value)
         ok &= np.isin(k[knob], allowed)

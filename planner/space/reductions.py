@@ -149,7 +149,7 @@ def canonical_values(
     if not stack.tp_overlap:
         out["tp_overlap"] = np.zeros_like(values["tp_overlap"])
     selective = RECOMPUTE_CODES["selective"]
-    if job.attention == "flash":
+    if job.attention == "flash" and stack.arithmetic != "calculon":  # Calculon materialises
         out["recompute"] = np.where(values["recompute"] == selective, 0, values["recompute"])
     default_order = single | (values["pp"] == 1) | (len(system.network_tiers) == 1)
     out["placement"] = np.where(default_order, 0, values["placement"])

@@ -77,6 +77,7 @@ def strategy_violations(
             f"chunks (Megatron-Core's causal load balancing); allowed: "
             f"{_allowed([c for c in divisors(seq_len // 2) if c > 1] if seq_len % 2 == 0 else [])}"
         )
+    problems.extend(calculon_violations(model, job, s))
     tiers = len(system.memory_tiers) - 1
     for kind in OFFLOAD_KINDS:
         knob = f"offload_{kind}"
@@ -88,6 +89,66 @@ def strategy_violations(
             problems.append(
                 f"{knob}_fraction = {fraction:g} needs {knob} ≥ 1 (the tier that share goes to)"
             )
+    return problems
+
+
+MIN_OFFLOAD_BLOCKS = 3
+"""Calculon refuses any offloading with fewer blocks per processor (llm.py compile)."""
+
+
+def calculon_arithmetic(job: JobSpec) -> bool:
+    """Whether the job's stack runs Calculon's arithmetic (StackProfile.arithmetic)."""
+    import hardware_catalog
+
+    return hardware_catalog.load_stack(job.stack).arithmetic == "calculon"
+
+
+def calculon_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:
+    """Calculon's space, under its arithmetic (calculon-ai/calculon llm.py): no context
+    parallelism; optimizer sharding or none (zero_stage 0 or 1, planner/cost/calculon.py), no
+    ZeRO-2/3; whole tensor classes offloaded (no shares), and only with at least 3 blocks per
+    processor (compile); pp dividing the blocks, no stage layout or partial recompute; tp
+    dividing the heads, the hidden size and the FFN (_build_attn_block's asserts) and the
+    micro-batch's tokens (compile: batch_seq % tensor_par)."""
+    if not calculon_arithmetic(job):
+        return []
+    problems = []
+    if s.cp != 1:
+        problems.append(f"cp = {s.cp}: Calculon has no context parallelism; allowed: 1")
+    if s.zero_stage > 1:
+        problems.append(
+            f"zero_stage = {s.zero_stage}: Calculon has optimizer sharding (1) or none (0); "
+            "allowed: 0, 1"
+        )
+    for kind in OFFLOAD_KINDS:
+        fraction = getattr(s, f"offload_{kind}_fraction")
+        if getattr(s, f"offload_{kind}") and fraction != 1:
+            problems.append(
+                f"offload_{kind}_fraction = {fraction:g}: Calculon offloads whole tensor "
+                "classes; allowed: 1"
+            )
+    offloaded = s.offload_weights or s.offload_activations or s.offload_optimizer
+    if offloaded and model.layers < MIN_OFFLOAD_BLOCKS * s.pp:
+        problems.append(
+            f"offloading with pp = {s.pp}: {model.layers / s.pp:g} blocks per GPU; Calculon "
+            f"offloads only with at least {MIN_OFFLOAD_BLOCKS} (pp ≤ {model.layers // 3})"
+        )
+    if s.stage_layers is not None or s.recompute_layers is not None:
+        problems.append(
+            "stage_layers and recompute_layers: Calculon has even stages and whole-stage "
+            "recompute only; allowed: unset"
+        )
+    widths = (model.hidden, model.ffn_hidden)
+    if any(width % s.tp for width in widths):
+        problems.append(
+            f"tp = {s.tp} must divide the hidden size ({model.hidden}) and the FFN "
+            f"({model.ffn_hidden}) under Calculon's arithmetic"
+        )
+    if (s.micro_batch * job.seq_len_for(model)) % s.tp:
+        problems.append(
+            f"tp = {s.tp} must divide the micro-batch's tokens "
+            f"({s.micro_batch}·{job.seq_len_for(model)}) under Calculon's arithmetic"
+        )
     return problems
 
 

@@ -264,6 +264,9 @@ def build_search_space(
     Offload shares are searched in steps of ``offload_step`` eighths; a pinned share is added."""
     pins = encoded_pins(pins)
     stack = hardware_catalog.load_stack(job.stack)
+    calculon = stack.arithmetic == "calculon"
+    if calculon:  # Calculon's space (rules.calculon_violations): whole classes offloaded
+        offload_step = OFFLOAD_STEPS
     seq_len = job.seq_len_for(model)
     tiers = tuple(range(len(system.memory_tiers)))
     offload = offload_domain(system, offload_step, pins)
@@ -294,7 +297,8 @@ def build_search_space(
     cp_values = _keep_allowed(
         tuple(c for c in cp_values if c <= cp_limit), lambda c: cp_allowed(c, seq_len), prune
     )
-    recompute = (0, 2) if job.attention == "flash" and "recompute" not in pins else (0, 1, 2)
+    flash = job.attention == "flash" and not calculon  # Calculon materialises attention
+    recompute = (0, 2) if flash and "recompute" not in pins else (0, 1, 2)
     domains: dict[str, tuple[int, ...]] = {
         "tp": tp_values,
         "cp": cp_values,
@@ -336,11 +340,19 @@ def build_search_space(
             raise InputError(f"--pin zero_stage={value}: allowed 0..3")
         if value not in domains[name]:
             domains[name] = tuple(sorted({*domains[name], value}))
+    if calculon:  # Calculon's space (rules.calculon_violations): the rules as domains
+        domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
+        domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
     layouts = tuple(
-        layout for p in domains["pp"] for layout in stage_layouts(model.layers, p, max_stage_skew)
+        layout
+        for p in domains["pp"]
+        for layout in stage_layouts(model.layers, p, max_stage_skew)
+        if layout.even or not calculon
     )
     domains["layout"] = tuple(range(len(layouts)))
-    domains["recompute_layers"] = _partial_recompute_values(domains, pins, layouts)
+    domains["recompute_layers"] = (
+        (0,) if calculon else _partial_recompute_values(domains, pins, layouts)
+    )
     return SearchSpace(
         layouts=layouts,
         gpus=gpus,

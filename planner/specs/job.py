@@ -15,6 +15,7 @@ from planner.specs.system import Precision
 AttentionKernel = Literal["flash", "materialized"]
 GradDtype = Literal["fp32", "bf16"]
 DpCollectiveUnit = Literal["block", "bucket", "buffer"]
+Arithmetic = Literal["planner", "calculon"]
 
 
 class StackProfile(Spec):
@@ -34,6 +35,11 @@ class StackProfile(Spec):
 
     name: str
     description: str = ""
+    arithmetic: Arithmetic = "planner"
+    """Whose arithmetic the cost model runs: planner's (DESIGN.md §4), or Calculon's
+    (calculon-ai/calculon, the SC23 poster's model: planner/cost/calculon.py), which reads the
+    system's ``calculon`` tables, always materialises attention, and restricts the space to
+    Calculon's (planner/space/rules.py calculon_violations)."""
     gemm_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
     attention_kernel: str = "flash2"
     attention_efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)

@@ -102,6 +102,54 @@ class NetworkTierSpec(Spec):
     efficiency: float = Field(default=1.0, ge=lim.MIN_EFFICIENCY, le=1)
 
 
+class StepEfficiency(Spec):
+    """One row of a Calculon efficiency table: an operation of at least ``at_least`` (GFLOP for
+    the compute engines, MB = 1e6 bytes for the memories) runs at ``efficiency``."""
+
+    at_least: float = Field(ge=0, le=lim.MAX_GFLOP)
+    efficiency: float = Field(ge=lim.MIN_EFFICIENCY, le=1)
+
+
+def _ascending(name: str, value: tuple[StepEfficiency, ...]) -> tuple[StepEfficiency, ...]:
+    sizes = [row.at_least for row in value]
+    if not sizes or sizes != sorted(set(sizes)) or sizes[0] != 0:
+        raise ValueError(f"calculon.{name}: rows with strictly increasing at_least, the first 0")
+    return value
+
+
+class CalculonTables(Spec):
+    """The numbers of a Calculon system file (calculon-ai/calculon systems/*.json) that only
+    the Calculon arithmetic (StackProfile.arithmetic = "calculon", planner/cost/calculon.py)
+    reads: step tables of efficiency by operation size (Calculon's processor.py
+    Processor.efficiency and memory.py Memory.efficiency: the row of the largest ``at_least``
+    the operation reaches), its vector unit, and per network tier the share of the processor a
+    collective takes while overlapped (network.py processor_usage) and the all-reduce size
+    offset (network.py Network.time: size·(1 + offset/g)). The peaks, bandwidths, network
+    efficiencies and latencies are the system's own fields."""
+
+    matrix_efficiency: tuple[StepEfficiency, ...]
+    vector_tflops: float = Field(ge=lim.MIN_TFLOPS, le=lim.MAX_TFLOPS)
+    vector_efficiency: tuple[StepEfficiency, ...]
+    hbm_efficiency: tuple[StepEfficiency, ...]
+    offload_efficiency: tuple[StepEfficiency, ...]
+    processor_usage: tuple[float, ...]
+    all_reduce_offset: tuple[float, ...]
+
+    @field_validator(
+        "matrix_efficiency", "vector_efficiency", "hbm_efficiency", "offload_efficiency"
+    )
+    @classmethod
+    def _tables(cls, value: tuple[StepEfficiency, ...], info) -> tuple[StepEfficiency, ...]:
+        return _ascending(info.field_name, value)
+
+    @field_validator("processor_usage")
+    @classmethod
+    def _usage(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        for usage in value:
+            lim.check_range("calculon.processor_usage", usage, 0.0, 0.99)
+        return value
+
+
 class SystemSpec(Spec):
     """A machine: accelerator, memory tiers (HBM first) and network tiers (fastest first)."""
 
@@ -116,6 +164,8 @@ class SystemSpec(Spec):
     max_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
     gpu_hour_usd: float | None = Field(default=None, gt=0, le=lim.MAX_GPU_HOUR_USD)
     tp_across_domain: bool = False
+    calculon: CalculonTables | None = None
+    """Calculon's system-file tables, for the Calculon arithmetic (None: this system has none)."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -127,6 +177,14 @@ class SystemSpec(Spec):
             raise ValueError("network_tiers: every tier but the last needs domain_gpus")
         if bounded != sorted(bounded) or len(set(bounded)) != len(bounded):
             raise ValueError("network_tiers: domain_gpus must grow strictly from tier to tier")
+        tables = self.calculon
+        if tables is not None and not (
+            len(tables.processor_usage) == len(tables.all_reduce_offset) == len(sizes)
+        ):
+            raise ValueError(
+                "calculon.processor_usage and calculon.all_reduce_offset: one value per network "
+                f"tier ({len(sizes)})"
+            )
         return self
 
     @property
