@@ -49,6 +49,19 @@ class Assumption:
 
 ASSUMPTIONS = (
     Assumption(
+        "arithmetic (Calculon's own, planner/cost/calculon.py → planner's)",
+        system_fields=("calculon",),
+        stack_fields=("arithmetic",),
+    ),
+    Assumption(
+        "pipeline messages (never hidden, Calculon → hidden under the passes with interleaving)",
+        stack_fields=("pp_overlap",),
+    ),
+    Assumption(
+        "TP placement (any network tier, Calculon → inside the NVLink domain)",
+        system_fields=("tp_across_domain",),
+    ),
+    Assumption(
         "GEMM curve (0.95 from 128 GFLOP → measured, ≤ 0.80) and peak (1,000 → 989 TFLOP/s)",
         system_fields=("accelerator.matmul_efficiency", "accelerator.peak_tflops"),
     ),
@@ -68,8 +81,12 @@ ASSUMPTIONS = (
         "HBM bandwidth (3,072 × 1.0 → 3,350 × 0.88 GB/s)", system_fields=("memory_tiers.0",)
     ),
     Assumption(
-        "network efficiency (NVLink 0.65 → 0.80, InfiniBand 0.90 → 0.93)",
+        "network (NVLink efficiency 0.65 → 0.80, InfiniBand 0.90 → 0.93; latency 10 / 20 → "
+        "3 / 5 µs)",
         system_fields=("network_tiers",),
+    ),
+    Assumption(
+        "offload link efficiency (Calculon's 0.95 → measured)", system_fields=("memory_tiers.1",)
     ),
     Assumption("gradients (bf16 → fp32 buffers and reduction)", stack_fields=("grad_dtype",)),
     Assumption(
@@ -81,7 +98,9 @@ ASSUMPTIONS = (
         stack_fields=("hbm_reserve_gib", "hbm_usable_fraction"),
     ),
     Assumption(
-        "resident blocks of an offloaded kind (2 → 3)", stack_fields=("offload_resident_blocks",)
+        "resident blocks of an offloaded kind (Calculon's 1 of activations, 2 of weights and "
+        "optimizer state → 3)",
+        stack_fields=("offload_resident_blocks",),
     ),
 )
 

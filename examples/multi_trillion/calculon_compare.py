@@ -8,7 +8,8 @@ planner's. Mapping:
 
 - tensor_par_comm_type rs_ag → ``--sequence-parallel``; ar → none;
 - activation_recompute none/attn_only/full → ``--recompute none/selective/full``;
-- optimizer_sharding → ``--zero-stage 1`` (the closest: see /work/notes/calculon.md);
+- optimizer_sharding → ``--zero-stage 1`` (under the ``calculon`` stack's arithmetic,
+  Calculon's optimizer sharding: planner/cost/calculon.py);
 - weight/activations/optimizer offload → ``--offload-{weights,activations,optimizer} 1``;
 - tensor_par_overlap ring/pipe → ``--tp-overlap``; data_par_overlap false → ``--no-dp-overlap``;
 - ``--attention materialized`` (Calculon keeps the s×s scores).
@@ -40,13 +41,13 @@ GIB = 1024**3
 PLANNER = [sys.executable, "-m", "planner"]
 
 CATALOG_MODEL = {"mt-1t": "mt-1t", "mt-11t": "mt-11t", "mt-128t": "mt-128t",
-                 "gpt3-175b": "gpt3-175b"}
+                 "mt-128t-gen": "mt-128t-calculon", "gpt3-175b": "gpt3-175b"}
 
 
 def model_arg(entry: dict[str, Any], tmp: Path) -> str:
     """A catalog name, or a spec file for Calculon-generator shapes (heads = blocks)."""
     name = entry["model_name"]
-    if name in CATALOG_MODEL:
+    if name in CATALOG_MODEL and entry["model"]["seq_size"] == 2048:
         return CATALOG_MODEL[name]
     m = entry["model"]
     base = yaml.safe_load((REPO / "hardware_catalog/models/mt-128t.yaml").read_text())
