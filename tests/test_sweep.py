@@ -371,3 +371,27 @@ def test_a_folder_resumes_only_its_own_study(
     (out / "study.json").unlink()
     with pytest.raises(InputError, match="no study.json"):
         run_study(load_study(first), out)
+
+
+def test_excluded_combinations_are_left_out(tmp_path: Path) -> None:
+    """``exclude`` drops the scenarios matching every key of an entry, and only those."""
+    from planner.studies.study import scenarios
+
+    study = load_study(
+        write(
+            tmp_path,
+            {**STUDY, "exclude": [{"model": "llama2-7b", "hbm_gib": 16}, {"gpus": 16}]},
+        )
+    )
+    ids = {s["id"] for s in scenarios(study)}
+    assert ids == {"gpt3-1.3b|dgx-h100|8|hbm_gib=16", "gpt3-1.3b|dgx-h100|8|hbm_gib=80",
+                   "llama2-7b|dgx-h100|8|hbm_gib=80"}
+
+
+@pytest.mark.parametrize(
+    ("exclude", "needle"),
+    [([{"stack": "calculon"}], "exclude[0]: stack is not an axis of this study"), ([{}], "empty")],
+)
+def test_an_exclude_on_no_axis_is_refused(tmp_path: Path, exclude, needle: str) -> None:  # noqa: ANN001
+    with pytest.raises(InputError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        load_study(write(tmp_path, {**STUDY, "exclude": exclude}))

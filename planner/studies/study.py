@@ -31,6 +31,8 @@ Study file (YAML or JSON)::
     goal: {min_mfu: 0.5}         # optional: max_step_s, min_mfu
     diagnose: false              # true: an infeasible row names its conflicting constraints
                                  # (one more solve per such row; `planner sweep --diagnose`)
+    exclude:                     # optional: combinations left out of the product
+      - {system: h100-offload-512g, stack: calculon}
 """
 
 from __future__ import annotations
@@ -160,6 +162,10 @@ class Study(BaseModel):
     hardware: dict[str, Axis] = Field(default_factory=dict)
     goal: Goal = Goal()
     diagnose: bool = False
+    exclude: tuple[dict[str, AxisValue], ...] = ()
+    """Combinations left out of the product: a scenario is skipped when it matches every
+    ``key: value`` of one entry (keys: model, system, gpus, global_batch, or an axis's row key
+    such as ``stack`` or ``model_heads``), as a CI matrix's ``exclude``."""
 
     @field_validator("hardware")
     @classmethod
@@ -229,6 +235,27 @@ class Study(BaseModel):
         if count > MAX_SCENARIOS:
             raise ValueError(f"{count:,} scenarios; at most {MAX_SCENARIOS:,} per study")
         return self
+
+    @model_validator(mode="after")
+    def _excluded_keys(self) -> Study:
+        known = {"model", "system", "gpus", "global_batch", *self.axes()}
+        for number, entry in enumerate(self.exclude):
+            if not entry:
+                raise ValueError(f"exclude[{number}]: empty; give the key: value pairs to skip")
+            unknown = sorted(set(entry) - known)
+            if unknown:
+                raise ValueError(
+                    f"exclude[{number}]: {', '.join(unknown)} is not an axis of this study; "
+                    f"allowed: {', '.join(sorted(known))}"
+                )
+        return self
+
+    def excluded(self, scenario: dict[str, Any]) -> bool:
+        """Whether ``scenario`` matches an ``exclude`` entry."""
+        return any(
+            all(scenario.get(key) == value for key, value in entry.items())
+            for entry in self.exclude
+        )
 
     @property
     def batches(self) -> tuple[int | BatchRule, ...]:
@@ -332,7 +359,8 @@ def scenarios(study: Study) -> Iterator[dict[str, Any]]:
                 default_seq[shape] = scenario_model(scenario).seq_len
             seq_len = int(chosen.get("seq_len") or default_seq[shape])
         scenario["global_batch"] = _batch_value(batch, gpus, seq_len)
-        yield scenario
+        if not study.excluded(scenario):
+            yield scenario
 
 
 SpecFiles = list[tuple[str, str, BaseModel]]
