@@ -1,7 +1,7 @@
 """Ring collectives across scale-up domains as NCCL runs them (planner/cost/network.py): the
 degenerate cases give the one-tier ring, a group spanning domains spreads its boundary traffic
 over its members' NICs, and the model's bus bandwidth meets the measured nccl-tests figures
-collected in /work/notes/nccl.md (sources on each case)."""
+(the source on each case)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ the next rank; pipelined, the ring runs at the rate of its slowest link, its bus
   by NVLink's 361–368 GB/s ring busBw; GB200 NVL72 at 20 racks (1,440 ranks) reaches 151 / 219
   / 287 / 346 GB/s all-reduce busBw at 0.5 / 1 / 2 / 4 GiB (coreweave/nccl-tests PR #48), 7×
   one NIC: the in-rack links, not the NICs, set its rate (tests/test_collectives.py checks the
-  model against both and against GH200 and A100 nodes; /work/notes/nccl.md collects them).
+  model against both and against GH200 and A100 nodes, each with its source).
 - **latency**: per hop, as NCCL's ring model (nsteps − nInterSteps)·intraLat +
   nInterSteps·interLat: the g − 1 steps are g − k_0 hops inside a tier-0 domain at α_0 and
   k_{i−1} − k_i hops across tier-(i−1) boundaries at α_i (the tier's ``latency_us``).
