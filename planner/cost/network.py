@@ -27,7 +27,10 @@ the next rank; pipelined, the ring runs at the rate of its slowest link, its bus
   model against both and against GH200 and A100 nodes, each with its source).
 - **latency**: per hop, as NCCL's ring model (nsteps − nInterSteps)·intraLat +
   nInterSteps·interLat: the g − 1 steps are g − k_0 hops inside a tier-0 domain at α_0 and
-  k_{i−1} − k_i hops across tier-(i−1) boundaries at α_i (the tier's ``latency_us``).
+  k_{i−1} − k_i hops across tier-(i−1) boundaries at α_i (the tier's ``latency_us``). NCCL
+  raises a multi-node ring's in-node hops to 3× its network post overhead (~1 µs) under the
+  Simple protocol ("inter-node rings still have to launch nsteps * net overhead"), which the
+  catalog's 3 µs NVLink hop already is.
 
 It degrades to one tier's ring where it should: a group inside one domain runs at β_0 with
 (g − 1)·α_0; a group with one member per domain (tp = 8 on 8-GPU nodes: each DP rank owns one
