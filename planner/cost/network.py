@@ -25,19 +25,27 @@ the next rank; pipelined, the ring runs at the rate of its slowest link, its bus
   / 287 / 346 GB/s all-reduce busBw at 0.5 / 1 / 2 / 4 GiB (coreweave/nccl-tests PR #48), 7×
   one NIC: the in-rack links, not the NICs, set its rate (tests/test_collectives.py checks the
   model against both and against GH200 and A100 nodes, each with its source).
-- **latency**: per hop, as NCCL's ring model (nsteps − nInterSteps)·intraLat +
-  nInterSteps·interLat: the g − 1 steps are g − k_0 hops inside a tier-0 domain at α_0 and
-  k_{i−1} − k_i hops across tier-(i−1) boundaries at α_i (the tier's ``latency_us``). NCCL
-  raises a multi-node ring's in-node hops to 3× its network post overhead (~1 µs) under the
-  Simple protocol ("inter-node rings still have to launch nsteps * net overhead"), which the
-  catalog's 3 µs NVLink hop already is.
+- **latency**: g − 1 hops. NCCL's ring model charges (nsteps − nInterSteps)·intraLat +
+  nInterSteps·interLat, but raises the in-node hops of a ring that leaves its node to the
+  network's per-step overhead ("inter-node rings still have to launch nsteps * net
+  overhead", tuning.cc): every hop waits on the network pipeline. So each hop costs the
+  largest ``latency_us`` of the tiers the ring uses: (g − 1)·α_1 once it crosses a domain
+  boundary. Measured, not only NCCL's word: with in-domain hops at the catalog's 3 µs instead,
+  the bundled dataset's cross-validated error rises from 6.6 % to 8.1 % (the MPT FSDP runs on
+  128–512 H100s, whose per-block rings pay this once per collective); NCCL's own constants
+  (3.4 µs NVLink, 14 µs network per Simple step) give 0.60 / 2.42 ms for a 128 / 512-rank
+  ring on 8-GPU nodes, this model 0.64 / 2.56. The GB200 20-rack curve asks for less
+  (~5 ms + bytes / ~420 GB/s against 14.4 ms + bytes / 675 here), which test_collectives
+  records as the model's miss below 4 GiB.
 
 It degrades to one tier's ring where it should: a group inside one domain runs at β_0 with
 (g − 1)·α_0; a group with one member per domain (tp = 8 on 8-GPU nodes: each DP rank owns one
-NIC) at β_1 with (g − 1)·α_1. All-reduce is reduce-scatter then all-gather: twice both terms.
+NIC) at β_1 with (g − 1)·α_1; only the bandwidth of a group with several members per domain
+changes. All-reduce is reduce-scatter then all-gather: twice both terms.
 NCCL's tree all-reduce (busBw × 0.92, latency 2·((n_0 − 1)·α_0 + log2 k·α_1)) is not taken:
-at the many-rack sizes where its log-depth latency would win, the measured GB200 bus bandwidths
-sit at or below the ring's (test_collectives), and the planner's collectives are large buckets.
+where its log-depth latency would win, at many racks, it puts a 1,440-rank 0.5 GiB all-reduce on
+GB200 at ~490 GB/s, three times the measured 151 (test_collectives), and the planner's
+collectives are large buckets.
 NVLink SHARP (NVLS) is not modelled either: Megatron-Bridge's published recipes disable it
 (NCCL_NVLS_ENABLE=0).
 
@@ -95,16 +103,25 @@ def domain_layout(
     return domains, members
 
 
+def _tiers_used(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> list[np.ndarray]:
+    """Per tier i, whether a ring over the group uses its links: n_i > n_{i−1} (n_{−1} = 1),
+    i.e. some hop joins two members inside one tier-i domain but not inside one tier-(i−1)
+    domain."""
+    _, members = domain_layout(ctx, group, span)
+    below = [np.ones_like(members[0]), *members[:-1]]
+    return [inside > under for inside, under in zip(members, below, strict=True)]
+
+
 def ring_bus_bytes_per_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> np.ndarray:
     """A ring's bus bandwidth (bytes/s): min over the tiers it uses of n_{i−1}·β_i (module
     docstring); infinite for g = 1 (no link used)."""
     _, members = domain_layout(ctx, group, span)
     rate = np.full(np.shape(members[0]), np.inf)
     below = np.ones_like(members[0])
-    for tier, inside in zip(ctx.system.network_tiers, members, strict=True):
-        used = inside > below
+    used = _tiers_used(ctx, group, span)
+    for tier, inside, uses in zip(ctx.system.network_tiers, members, used, strict=True):
         per_gpu = tier.bandwidth_gbps * 1e9 * tier.efficiency
-        rate = np.where(used, np.minimum(rate, below * per_gpu), rate)
+        rate = np.where(uses, np.minimum(rate, below * per_gpu), rate)
         below = inside
     return rate
 
@@ -130,15 +147,14 @@ def ring_transfer_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes:
 
 
 def ring_latency_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> np.ndarray:
-    """The latency part of one ring reduce-scatter or all-gather: (g − k_0)·α_0 + Σ_{i≥1}
-    (k_{i−1} − k_i)·α_i, the g − 1 hops by the tier each crosses."""
+    """The latency part of one ring reduce-scatter or all-gather: g − 1 hops, each at the
+    largest latency of the tiers the ring uses (module docstring: NCCL raises a multi-node
+    ring's in-node hops to the network's per-step overhead)."""
     g = np.asarray(group, dtype=float)
-    domains, _ = domain_layout(ctx, g, span)
-    tiers = ctx.system.network_tiers
-    latency = (g - domains[0]) * tiers[0].latency_us * 1e-6
-    for i in range(1, len(tiers)):
-        latency = latency + (domains[i - 1] - domains[i]) * tiers[i].latency_us * 1e-6
-    return latency
+    hop = np.zeros(np.shape(g * np.asarray(span, dtype=float)))
+    for tier, uses in zip(ctx.system.network_tiers, _tiers_used(ctx, g, span), strict=True):
+        hop = np.where(uses, np.maximum(hop, tier.latency_us * 1e-6), hop)
+    return (g - 1) * hop
 
 
 def all_to_all_s(
