@@ -23,6 +23,7 @@ SYSTEMS = [
     "hgx-h200",
     "hgx-b200",
     "gb200-nvl72",
+    "gb300-nvl72",
     "frontier",
     "mi300x-node",
     "h100-offload-512g",

@@ -273,8 +273,9 @@ def test_dp_collectives_follow_the_stacks_unit(stack: str, dp: int, expected: in
 
 @pytest.mark.parametrize("zero_stage, once, per_mb", [(0, 2, 0), (1, 2, 0), (2, 1, 1), (3, 0, 3)])
 def test_every_dp_collective_pays_one_ring_latency(zero_stage, once, per_mb) -> None:
-    """(g − 1)·α per collective, α of the InfiniBand tier the 512 ranks span: an all-reduce is
-    two rings; ZeRO-3 gathers twice and reduces once per micro-batch (no recompute)."""
+    """(g − 1)·α per collective, α of the InfiniBand tier: the 512 ranks sit one per node (span
+    8·512), so every hop crosses nodes; an all-reduce is two rings; ZeRO-3 gathers twice and
+    reduces once per micro-batch (no recompute)."""
     ctx, comm = _dp_comm("llm-foundry", 512, zero_stage)
     ring = 511 * ctx.system.network_tiers[1].latency_us * 1e-6
     assert float(comm.latency_per_step_s) == pytest.approx(once * 25 * ring)
@@ -284,7 +285,9 @@ def test_every_dp_collective_pays_one_ring_latency(zero_stage, once, per_mb) -> 
 def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
     """MPT-1b-like FSDP (ZeRO-2, one micro-batch per step): the transfers hide under the passes
     at every GPU count, the latencies do not, so 128 → 512 GPUs adds 384 ring steps to each of
-    the 2·25 collectives (the llm-foundry H100 table's pattern; it measured 0.557 → 0.617 s)."""
+    the 2·25 collectives, each at the InfiniBand hop's latency (a ring that leaves its node
+    pays the network's per-step overhead on every hop; network.py) — the llm-foundry H100
+    table's pattern; it measured 0.557 → 0.617 s."""
     model = gpt_model(hidden=2048, layers=24, heads=16, ffn_hidden=8192, vocab=50368)
     system = hardware_catalog.load_system("dgx-h100")
     steps = {}

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.cost.context import CostContext
+from planner.errors import InternalError
 from planner.queries.evaluate import evaluate
 from planner.queries.plan import plan
 from planner.queries.ranking import TIE_TOLERANCE
@@ -401,6 +402,10 @@ def test_objective_matches_evaluation_over_sixteen_thousand_micro_batches(
     model = gpt_model(hidden=1024, heads=16, layers=8, ffn_hidden=4096, seq_len=8192)
     job = JobSpec(global_batch=16384, hbm_reserve_gib=0.01)
     pins = {"tp": 2, "cp": 4, "zero_stage": 3, "micro_batch": 1, "recompute": 0}
-    result = plan(model, simple_system(), job, 8, pins=pins, diagnose=False)
+    try:
+        result = plan(model, simple_system(), job, 8, pins=pins, diagnose=False)
+    except InternalError:  # the plain unit's rounding past plan's 0.1 % check
+        assert not finer
+        return
     error = abs(result.solver.objective_step_s / result.estimate.step_time_s - 1)
     assert (error < 1e-4) == finer, error

@@ -14,7 +14,9 @@ b·s/(cp·t) tokens to k experts each: X = k·b·s·h·e/(cp·t) bytes.
 
 - dispatch and combine: two all-to-alls of X over the ep ranks, etp GPUs apart; a rank sends
   1/ep of X to each peer, the peers in its scale-up domain over that tier and the others over
-  the scale-out tier at the same time (network.all_to_all_s). Under group-limited routing
+  the scale-out tier at the same time (network.all_to_all_s; each rank's bytes beyond its
+  domain leave through its own NIC, so unlike a ring's they gain nothing from the domain's
+  other NICs). Under group-limited routing
   (``expert_groups_per_token`` = M, DeepSeek-V3's node-limited routing with one group of
   experts per node) a token crosses to at most M other domains once each and is forwarded
   inside them, so the bytes beyond the scale-up domain scale by min(1, M/k). A stack with

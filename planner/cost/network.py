@@ -1,15 +1,59 @@
-"""Communication time: which network tier a group runs on, and ring-collective costs.
+"""Communication time: which network tier a group runs on, and collective costs as NCCL runs them.
 
 Ranks are placed contiguously in the strategy's rank order (TP fastest; then CP, DP, PP by
-default, or PP before DP: step.group_spans), so a group of g ranks at stride σ spans g·σ GPUs. A
-group runs on the first tier whose domain holds its span; the last tier spans the system.
+default, or PP before DP: parallel_comm.group_spans), so a group of g ranks spans some number of
+GPUs (its ``span``) and its members spread evenly over the tier-i domains (D_i GPUs each) that
+span touches: k_i = min(g, ⌈span/D_i⌉) domains of n_i = g/k_i members (domain_layout; the last
+tier is one domain, k = 1, n = g).
 
-Ring collectives on g ranks with per-GPU bandwidth β (per direction, times the tier's
-efficiency) and latency α (Thakur et al. 2005; NCCL's ring algorithm):
-all-reduce 2·(g−1)/g·bytes/β + 2·(g−1)·α; reduce-scatter and all-gather (g−1)/g·bytes/β + (g−1)·α
-(bytes: the full buffer each rank contributes or receives). All-to-all: each tier carries the
-share of the buffer bound beyond the domain below it, the tiers at once (all_to_all_s).
-Point-to-point: α + bytes/β.
+Ring reduce-scatter or all-gather of a buffer of B bytes per rank (Thakur et al. 2005; NCCL's
+ring, src/graph/tuning.cc @ 5067397c). Each of the g − 1 steps passes B/g per channel-share to
+the next rank; pipelined, the ring runs at the rate of its slowest link, its bus bandwidth:
+
+    t = (g − 1)/g · B / busBw + latency
+
+- **busBw** = min over the tiers the ring uses of n_{i−1}·β_i (n_{−1} = 1; β_i the tier's
+  per-GPU bandwidth per direction times its efficiency). Tier 0 is used when a domain holds two
+  members or more (n_0 > 1); tier i ≥ 1 when the ring crosses tier-(i−1) boundaries inside a
+  tier-i domain (n_i > n_{i−1}). Why n_{i−1}·β_i and not β_i: NCCL runs a multi-node ring on
+  nChannels channels, each pinned to one NIC ("rail"), busBw = nChannels × bwInter
+  (tuning.cc, ring bandwidth for nNodes > 2), so the bytes that cross a domain boundary spread
+  over the NICs of all the group's members in that domain, n_{i−1} of them: per NIC
+  (g − 1)/g · B / n_{i−1}. In-domain links carry the full (g − 1)/g · B per GPU. Measured: two
+  DGX H100 nodes reach 46–48 GB/s per NIC (NVIDIA/nccl-tests#290), ~8 × 47 on the node, capped
+  by NVLink's 361–368 GB/s ring busBw; GB200 NVL72 at 20 racks (1,440 ranks) reaches 151 / 219
+  / 287 / 346 GB/s all-reduce busBw at 0.5 / 1 / 2 / 4 GiB (coreweave/nccl-tests PR #48), 7×
+  one NIC: the in-rack links, not the NICs, set its rate (tests/test_collectives.py checks the
+  model against both and against GH200 and A100 nodes, each with its source).
+- **latency**: g − 1 hops. NCCL's ring model charges (nsteps − nInterSteps)·intraLat +
+  nInterSteps·interLat, but raises the in-node hops of a ring that leaves its node to the
+  network's per-step overhead ("inter-node rings still have to launch nsteps * net
+  overhead", tuning.cc): every hop waits on the network pipeline. So each hop costs the
+  largest ``latency_us`` of the tiers the ring uses: (g − 1)·α_1 once it crosses a domain
+  boundary. Measured, not only NCCL's word: with in-domain hops at the catalog's 3 µs instead,
+  the bundled dataset's cross-validated error rises from 6.6 % to 8.1 % (the MPT FSDP runs on
+  128–512 H100s, whose per-block rings pay this once per collective); NCCL's own constants
+  (3.4 µs NVLink, 14 µs network per Simple step) give 0.60 / 2.42 ms for a 128 / 512-rank
+  ring on 8-GPU nodes, this model 0.64 / 2.56. The GB200 20-rack curve asks for less
+  (~5 ms + bytes / ~420 GB/s against 14.4 ms + bytes / 675 here), which test_collectives
+  records as the model's miss below 4 GiB.
+
+It degrades to one tier's ring where it should: a group inside one domain runs at β_0 with
+(g − 1)·α_0; a group with one member per domain (tp = 8 on 8-GPU nodes: each DP rank owns one
+NIC) at β_1 with (g − 1)·α_1; only the bandwidth of a group with several members per domain
+changes. All-reduce is reduce-scatter then all-gather: twice both terms.
+NCCL's tree all-reduce (busBw × 0.92, latency 2·((n_0 − 1)·α_0 + log2 k·α_1)) is not taken:
+where its log-depth latency would win, at many racks, it puts a 1,440-rank 0.5 GiB all-reduce on
+GB200 at ~490 GB/s, three times the measured 151 (test_collectives), and the planner's
+collectives are large buckets.
+NVLink SHARP (NVLS) is not modelled either: Megatron-Bridge's published recipes disable it
+(NCCL_NVLS_ENABLE=0).
+
+All-to-all is not a ring: each rank sends 1/g of its buffer to every peer directly, so the
+bytes bound beyond a domain leave through the sender's own NIC — the domain's n members send
+n·(g − n)/g·B over its n NICs, (g − n)/g·B each, which multi-NIC spreading does not change
+(all_to_all_s). Point-to-point (pipeline stages, CP's K/V ring hops) is one GPU's link:
+α + bytes/β of the tier the pair spans.
 """
 
 from __future__ import annotations
@@ -38,8 +82,53 @@ def _tier_arrays(ctx: CostContext, span_gpus: ArrayLike) -> tuple[np.ndarray, np
     return bandwidth[index], latency[index]
 
 
+def domain_layout(
+    ctx: CostContext, group: ArrayLike, span: ArrayLike
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(k_i, n_i) per network tier i: the tier-i domains a group of ``group`` ranks spread over
+    ``span`` GPUs touches, k_i = min(g, max(1, ⌈span/D_i⌉)), and its members in each,
+    n_i = g/k_i (even spreading; the last tier: k = 1, n = g)."""
+    g = np.asarray(group, dtype=float)
+    width = np.asarray(span, dtype=float)
+    domains, members = [], []
+    for tier in ctx.system.network_tiers:
+        if tier.domain_gpus is None:
+            k = np.ones(np.broadcast(g, width).shape)
+        else:
+            k = np.minimum(g, np.maximum(1.0, np.ceil(width / tier.domain_gpus - 1e-9)))
+        domains.append(k)
+        members.append(g / k)
+    domains[-1] = np.ones_like(domains[-1])
+    members[-1] = g * np.ones_like(members[-1])
+    return domains, members
+
+
+def _tiers_used(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> list[np.ndarray]:
+    """Per tier i, whether a ring over the group uses its links: n_i > n_{i−1} (n_{−1} = 1),
+    i.e. some hop joins two members inside one tier-i domain but not inside one tier-(i−1)
+    domain."""
+    _, members = domain_layout(ctx, group, span)
+    below = [np.ones_like(members[0]), *members[:-1]]
+    return [inside > under for inside, under in zip(members, below, strict=True)]
+
+
+def ring_bus_bytes_per_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> np.ndarray:
+    """A ring's bus bandwidth (bytes/s): min over the tiers it uses of n_{i−1}·β_i (module
+    docstring); infinite for g = 1 (no link used)."""
+    _, members = domain_layout(ctx, group, span)
+    rate = np.full(np.shape(members[0]), np.inf)
+    below = np.ones_like(members[0])
+    used = _tiers_used(ctx, group, span)
+    for tier, inside, uses in zip(ctx.system.network_tiers, members, used, strict=True):
+        per_gpu = tier.bandwidth_gbps * 1e9 * tier.efficiency
+        rate = np.where(uses, np.minimum(rate, below * per_gpu), rate)
+        below = inside
+    return rate
+
+
 def all_reduce_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
-    """Ring all-reduce of ``nbytes`` over ``group`` ranks spanning ``span`` GPUs (0 if g = 1)."""
+    """Ring all-reduce of ``nbytes`` over ``group`` ranks spanning ``span`` GPUs (0 if g = 1):
+    a reduce-scatter and an all-gather."""
     return 2 * reduce_scatter_s(ctx, group, span, nbytes)
 
 
@@ -52,16 +141,20 @@ all_gather_s = reduce_scatter_s
 
 
 def ring_transfer_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
-    """The bandwidth part of a ring reduce-scatter or all-gather: (g−1)/g·bytes/β."""
+    """The bandwidth part of a ring reduce-scatter or all-gather: (g−1)/g·bytes/busBw."""
     g = np.asarray(group, dtype=float)
-    bandwidth, _ = _tier_arrays(ctx, span)
-    return (g - 1) / g * np.asarray(nbytes, dtype=float) / bandwidth
+    return (g - 1) / g * np.asarray(nbytes, dtype=float) / ring_bus_bytes_per_s(ctx, g, span)
 
 
 def ring_latency_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> np.ndarray:
-    """The latency part of one ring reduce-scatter or all-gather: (g−1)·α."""
-    _, latency = _tier_arrays(ctx, span)
-    return (np.asarray(group, dtype=float) - 1) * latency
+    """The latency part of one ring reduce-scatter or all-gather: g − 1 hops, each at the
+    largest latency of the tiers the ring uses (module docstring: NCCL raises a multi-node
+    ring's in-node hops to the network's per-step overhead)."""
+    g = np.asarray(group, dtype=float)
+    hop = np.zeros(np.shape(g * np.asarray(span, dtype=float)))
+    for tier, uses in zip(ctx.system.network_tiers, _tiers_used(ctx, g, span), strict=True):
+        hop = np.where(uses, np.maximum(hop, tier.latency_us * 1e-6), hop)
+    return (g - 1) * hop
 
 
 def all_to_all_s(

@@ -121,15 +121,17 @@ def dp_comm_times_s(
     the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans); the
     routed experts among them are reduced over their ``expert_dp`` ranks
     (planner/cost/experts.py) on the same span, after the dense ones. Each collective pays the
-    ring latency (g−1)·α once (dp_collectives says how many there are): measured, MPT's step on
+    ring latency once (network.ring_latency_s: g − 1 hops at the latency of the tier each
+    crosses; dp_collectives says how many collectives there are): measured, MPT's step on
     H100s grows with the GPU count at a fixed per-GPU batch by 2–9 µs per added ring step per
-    per-block collective (llm-foundry's H100 table, 128 → 512 GPUs) while its transfers hide
-    under compute — a ring is a chain of g−1 dependent hand-offs that the compute kernels on
-    every rank delay. Depends on (tp, cp, dp, zero_stage, recompute, ep, expert_tp), the
-    stage's layout and the placement. Under Calculon's arithmetic, Calculon's per-block
-    collectives (calculon.dp_parts_s): the hideable part after the backward, the rest a
-    latency that never hides: the last chunk's share after the backward, the other chunks'
-    before the forward (their windows: step.evaluate_terms), depending on the interleave v."""
+    per-block collective (llm-foundry's H100 table, 128 → 512 GPUs; the model: every hop at the
+    scale-out latency once the ring leaves its domain) while its transfers hide under compute —
+    a ring is a chain of g−1 dependent hand-offs that the compute kernels on every rank delay.
+    Depends on (tp, cp, dp, zero_stage, recompute, ep, expert_tp), the stage's layout and the
+    placement. Under Calculon's arithmetic, Calculon's per-block collectives
+    (calculon.dp_parts_s): the hideable part after the backward, the rest a latency that never
+    hides: the last chunk's share after the backward, the other chunks' before the forward
+    (their windows: step.evaluate_terms), depending on the interleave v."""
     if ctx.calculon:
         ranks = np.asarray(dp) * np.asarray(cp)
         last, others, shown = calculon.dp_parts_s(

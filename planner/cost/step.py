@@ -28,7 +28,7 @@ steps of 2·(b·s/cp)·k·d_h/t·e bytes per block forward, twice that backward 
 gradients), each hidden under the attention core of the chunk in hand; the excess is exposed.
 Weights are replicated over cp, so the gradients are reduced over the d·cp ranks.
 
-DP communication per step, ring collectives over d·cp ranks on the tier that t·cp·d GPUs span:
+DP communication per step, NCCL's rings over d·cp ranks spread over t·cp·d GPUs (network.py):
 ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated
 weights; ZeRO-2 reduce-scatters them every micro-batch (sharded gradients cannot accumulate) and
 all-gathers the weights once; ZeRO-3 also all-gathers the weights before each forward and backward
@@ -42,9 +42,9 @@ exposed = max(0, comm − window), where a window is the stage's pass including 
 offload stalls (the DP link is free while the stage waits on its offload link). No window hides
 two transfers: ZeRO-2's weight gather has the forward of the first micro-batch to itself (with
 the forward counted for both, a longer offload stall had shortened the step). Only the
-transfers hide: each collective's ring latency (g − 1)·α shows in full, once per block (FSDP
-stacks), per bucket (Megatron-Core, DeepSpeed) or per buffer, as the stack's
-dp_collective_unit says (dp_comm_times_s, dp_collectives). Each stage
+transfers hide: each collective's ring latency (its g − 1 hops, each at its tier's latency) shows
+in full, once per block (FSDP stacks), per bucket (Megatron-Core, DeepSpeed) or per buffer, as
+the stack's dp_collective_unit says (dp_comm_times_s, dp_collectives). Each stage
 reduces its own gradients under its own passes, so the DP term is the worst stage kind's (first,
 middle, last), as is the optimizer step. Mixture-of-experts blocks add the expert-parallel token
 dispatch and combine to U and reduce their routed experts' gradients over the
