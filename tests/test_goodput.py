@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hardware_catalog
-from planner.api import evaluate
+from planner.cli.catalog_report import flatten, source_for
 from planner.cost.context import CostContext
 from planner.cost.goodput import (
     checkpoint_bytes_total,
@@ -24,16 +24,15 @@ from planner.cost.goodput import (
     waste_terms,
     young_interval_s,
 )
-from planner.reliability import (
+from planner.queries.evaluate import evaluate
+from planner.specs import JobSpec, Strategy
+from planner.specs.reliability import (
     CheckpointStorage,
     FailureRates,
     ReliabilityProfile,
     RestartCosts,
     job_mtbf_h,
-    load_reliability,
 )
-from planner.report import flatten, source_for
-from planner.specs import JobSpec, Strategy
 
 HOUR = 3600.0
 
@@ -166,7 +165,7 @@ def test_every_number_in_a_reliability_profile_has_a_source() -> None:
 
 def test_failures_scale_with_the_job() -> None:
     """Twice the GPUs (and nodes), twice the failures per day."""
-    rates = load_reliability().failures
+    rates = hardware_catalog.load_reliability("h100-llama3").failures
     assert job_mtbf_h(rates, 8192, 8) == pytest.approx(2 * job_mtbf_h(rates, 16384, 8))
 
 
@@ -196,7 +195,7 @@ def _llama3(mode: str | None = None, fully_parallel: bool | None = None):
     model = hardware_catalog.load_model("llama3-405b")
     system = hardware_catalog.load_system("dgx-h100")
     estimate = evaluate(model, system, LLAMA3_JOB, LLAMA3_STRATEGY)
-    profile = load_reliability()
+    profile = hardware_catalog.load_reliability("h100-llama3")
     if fully_parallel is not None:
         storage = profile.storage.model_copy(update={"fully_parallel_save": fully_parallel})
         profile = profile.model_copy(update={"storage": storage})

@@ -1,8 +1,8 @@
 """Goodput: what failures, checkpoints and restarts cost a training run (issue 35).
 
 Pure functions of a strategy's state per GPU (planner/cost/memory.py) and a reliability profile
-(planner/reliability.py). Notation: M job MTBF, δ time training stops per checkpoint, τ compute
-time between checkpoints, R time from a failure to training again, L how long a checkpoint
+(planner/specs/reliability.py). Notation: M job MTBF, δ time training stops per checkpoint, τ
+compute time between checkpoints, R time from a failure to training again, L how long a checkpoint
 stays non-durable after its stall (async/in-memory: the background drain).
 
 **Checkpoint contents.** Weights (16-bit) and optimizer state (the stack's bytes per
@@ -55,7 +55,6 @@ goodput; GPU-hours = GPUs · effective hours; failures per day = 24 / M (hours).
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -63,15 +62,9 @@ from pydantic import BaseModel, ConfigDict
 from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_dp_size
 from planner.cost.memory import STAGES, model_state
-from planner.reliability import (
-    CheckpointMode,
-    ReliabilityProfile,
-    failure_rates_per_hour,
-    job_nodes,
-)
-from planner.specs import Strategy
+from planner.specs import CheckpointMode, IntervalFormula, ReliabilityProfile, Strategy
+from planner.specs.reliability import failure_rates_per_hour, job_nodes
 
-IntervalFormula = Literal["young", "daly"]
 SECONDS_PER_DAY = 86400.0
 SECONDS_PER_HOUR = 3600.0
 GB = 1e9
@@ -231,6 +224,12 @@ def transfer_s(
     return max(node_s, total_s)
 
 
+def peer_gbps(ctx: CostContext, profile: ReliabilityProfile) -> float:
+    """What an in-memory restart reads its state at from the peer's host memory, GB/s per GPU:
+    min(host link, scale-out link)."""
+    return min(host_link_gbps(ctx, profile), ctx.system.network_tiers[-1].bandwidth_gbps)
+
+
 def host_link_gbps(ctx: CostContext, profile: ReliabilityProfile) -> float:
     """GPU → host copy bandwidth, GB/s: the system's first offload tier (its achievable
     bandwidth) if it has one, else the profile's host link (PCIe)."""
@@ -245,7 +244,8 @@ def host_link_gbps(ctx: CostContext, profile: ReliabilityProfile) -> float:
 
 class GoodputEstimate(BaseModel):
     """Everything a report shows about failures, checkpoints and goodput for one plan (floats
-    in SI-ish units named in the field; JSON-ready with ``to_json``)."""
+    in the units their names give; None where a value is infinite: the MTBF and the interval of
+    a job that never fails). ``model_dump(mode="json")`` is the JSON ``goodput`` object."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -255,11 +255,14 @@ class GoodputEstimate(BaseModel):
     gpus: int
     nodes: int
     failures_per_day: float
+    """Unexpected interruptions per day of the job (Σ_i rate_i·count_i × 24)."""
     failures_per_day_by_kind: dict[str, float]
     planned_interruptions_per_day: float
-    job_mtbf_h: float
+    job_mtbf_h: float | None
+    """Mean time between the job's unexpected interruptions, hours (None: never)."""
     checkpoint_gib_total: float
     checkpoint_gib_per_gpu: float
+    """What the busiest writer GPU writes per checkpoint."""
     checkpoint_write_s: float
     """Time to make a checkpoint durable on the file system (sync: the stall; async: the drain)."""
     checkpoint_stall_s: float
@@ -267,51 +270,66 @@ class GoodputEstimate(BaseModel):
     checkpoint_read_s: float
     restart_s: float
     """R: detection + relaunch + communicator init + warm-up + checkpoint read."""
-    interval_s: float
+    interval_s: float | None
+    """Compute time between checkpoints (None: no failures, never checkpoint for them)."""
     interval_steps: int
+    """The interval in whole steps (0: none)."""
     waste: dict[str, float]
+    """Fractions of wall time lost: checkpoint, lost_work, restart, planned."""
     goodput: float
     goodput_exponential: float
     train_tokens: float | None = None
     ideal_days: float | None = None
     effective_days: float | None = None
     gpu_hours: float | None = None
+    """GPUs × effective hours (with failures)."""
     expected_failures: float | None = None
+    """Unexpected interruptions expected over the effective time to train."""
 
     def to_json(self) -> dict:
-        """The estimate as a JSON-ready mapping (infinite values as None)."""
-        return _finite(self.model_dump(mode="python"))
+        """The estimate as a JSON-ready mapping."""
+        return self.model_dump(mode="json")
 
 
-def _finite(value: object) -> object:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _mode_and_formula(
+    ctx: CostContext, profile: ReliabilityProfile, mode: CheckpointMode | None
+) -> CheckpointMode:
+    return mode or ctx.job.checkpoint_mode or profile.checkpoint_mode
+
+
+def _mtbf_s(profile: ReliabilityProfile, gpus: int, gpus_per_node: int) -> float:
+    per_hour = sum(failure_rates_per_hour(profile.failures, gpus, gpus_per_node).values())
+    return math.inf if per_hour == 0 else SECONDS_PER_HOUR / per_hour
 
 
 def estimate_goodput(
     ctx: CostContext,
     strategy: Strategy,
     step_time_s: float,
-    profile: ReliabilityProfile,
+    profile: ReliabilityProfile | None = None,
     train_tokens: float | None = None,
     mode: CheckpointMode | None = None,
-    formula: IntervalFormula = "daly",
+    formula: IntervalFormula | None = None,
 ) -> GoodputEstimate:
     """Failures, checkpoint cost, optimal interval and goodput of ``strategy`` at
     ``step_time_s`` (the cost model's step time) under ``profile`` (formulas: module
-    docstring). ``mode`` overrides the profile's checkpoint mode; ``train_tokens`` (default:
-    the job's) adds the effective time to train and GPU-hours."""
-    mode = mode or profile.checkpoint_mode
+    docstring). Unset, ``profile``, ``mode`` and ``formula`` are the job's (ctx.reliability,
+    job.checkpoint_mode else the profile's, job.checkpoint_interval); ``train_tokens``
+    (default: the job's) adds the effective time to train and GPU-hours."""
+    profile = profile or ctx.reliability
+    mode = _mode_and_formula(ctx, profile, mode)
+    formula = formula or ctx.job.checkpoint_interval
     storage, gpn = profile.storage, ctx.system.gpus_per_node
     gpus = strategy.gpus
     nodes = job_nodes(gpus, gpn)
 
     by_kind = failure_rates_per_hour(profile.failures, gpus, gpn)
     per_hour = sum(by_kind.values())
-    mtbf_s = math.inf if per_hour == 0 else SECONDS_PER_HOUR / per_hour
+    mtbf_s = _mtbf_s(profile, gpus, gpn)
 
     total_bytes = checkpoint_bytes_total(ctx)
     weights, optimizer = state_bytes_per_gpu(ctx, strategy)
@@ -324,8 +342,7 @@ def estimate_goodput(
 
     per_gpu_state = weights + optimizer
     if mode == "in-memory":
-        peer_gbps = min(host_link_gbps(ctx, profile), ctx.system.network_tiers[-1].bandwidth_gbps)
-        read_s = per_gpu_state / (peer_gbps * GB)
+        read_s = per_gpu_state / (peer_gbps(ctx, profile) * GB)
     else:
         read_total = total_bytes if fully else per_gpu_state * gpus
         read_node = (total_bytes / nodes) if fully else per_gpu_state * min(gpn, gpus)
@@ -363,10 +380,11 @@ def estimate_goodput(
         tokens_per_step = ctx.job.global_batch * ctx.seq_len
         ideal_s = tokens / tokens_per_step * step_time_s
         ideal_days = ideal_s / SECONDS_PER_DAY
-        effective_s = ideal_s / goodput if goodput > 0 else math.inf
-        effective_days = effective_s / SECONDS_PER_DAY
-        gpu_hours = gpus * effective_s / SECONDS_PER_HOUR
-        expected = effective_s / mtbf_s if not math.isinf(mtbf_s) else 0.0
+        if goodput > 0:
+            effective_s = ideal_s / goodput
+            effective_days = effective_s / SECONDS_PER_DAY
+            gpu_hours = gpus * effective_s / SECONDS_PER_HOUR
+            expected = effective_s / mtbf_s if not math.isinf(mtbf_s) else 0.0
 
     return GoodputEstimate(
         profile=profile.name,
@@ -377,14 +395,14 @@ def estimate_goodput(
         failures_per_day=per_hour * 24.0,
         failures_per_day_by_kind={k: v * 24.0 for k, v in by_kind.items()},
         planned_interruptions_per_day=profile.failures.planned_per_day,
-        job_mtbf_h=mtbf_s / SECONDS_PER_HOUR,
+        job_mtbf_h=_finite(mtbf_s / SECONDS_PER_HOUR),
         checkpoint_gib_total=total_bytes / BYTES_PER_GIB,
         checkpoint_gib_per_gpu=per_gpu_written / BYTES_PER_GIB,
         checkpoint_write_s=write_s,
         checkpoint_stall_s=delta_s,
         checkpoint_read_s=read_s,
         restart_s=restart_s,
-        interval_s=tau,
+        interval_s=_finite(tau),
         interval_steps=steps,
         waste=terms,
         goodput=goodput,

@@ -437,5 +437,3 @@ def _layer_pattern(node: ast.expr, limit: int) -> int | list[int]:
             raise ValueError(f"more than {limit} entries")
         return result
     raise ValueError(f"unexpected {type(node).__name__}")
-
-

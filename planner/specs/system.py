@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from planner.specs import limits as lim
 from planner.specs.base import Spec
+from planner.specs.reliability import ReliabilityProfile
 
 Precision = Literal["bf16", "fp8"]
 """The number formats of the accelerator's peaks (AcceleratorSpec.peak_tflops) that a job can
@@ -116,6 +117,11 @@ class SystemSpec(Spec):
     max_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
     gpu_hour_usd: float | None = Field(default=None, gt=0, le=lim.MAX_GPU_HOUR_USD)
     tp_across_domain: bool = False
+    reliability: str | ReliabilityProfile | None = Field(default=None, max_length=4096)
+    """Failure rates, checkpoint storage and restart costs of the cluster (planner.specs.
+    reliability): a catalog name (``planner catalog reliability``), a profile file, or the
+    profile inline; None: the default profile (h100-llama3, H100-era rates calibrated on
+    Meta's Llama 3 405B run)."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
 

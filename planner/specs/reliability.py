@@ -17,6 +17,11 @@ watchdog timeouts) are counted per GPU-hour: they grow with the ranks a job has.
 Planned interruptions (maintenance, firmware, configuration changes) are a job-level rate per
 day; they cost a restart but no lost work (the job checkpoints before it stops).
 
+A system names its profile (``SystemSpec.reliability``: a catalog name, a file, or the profile
+inline; unset: ``DEFAULT_RELIABILITY``, an H100-era profile calibrated on Llama 3's run) and a
+job may override it, the checkpoint mode and the interval formula (JobSpec). The catalog's
+loader is ``hardware_catalog.load_reliability``.
+
 Sources: Dubey et al. 2024, "The Llama 3 Herd of Models" §3.3.4 and its Table 5 (the default
 profile's rates); Young 1974 and Daly 2006 for the interval (planner/cost/goodput.py).
 """
@@ -28,7 +33,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.specs import Spec
+from planner.specs.base import Spec
 
 CheckpointMode = Literal["sync", "async", "in-memory"]
 """How a checkpoint is taken:
@@ -41,9 +46,14 @@ CheckpointMode = Literal["sync", "async", "in-memory"]
   restart reads it over the network instead of the file system (Gemini, Wang et al. SOSP 2023).
 """
 
+IntervalFormula = Literal["young", "daly"]
+"""The optimal checkpoint interval's formula: Young 1974 (first order) or Daly 2006 (higher
+order; the default)."""
+
 DEFAULT_RELIABILITY = "h100-llama3"
-"""The profile a plan uses unless the system or the user names one: the H100-era rates of
-Meta's Llama 3 405B run."""
+"""The profile a plan uses unless the system or the job names one: the H100-era rates of
+Meta's Llama 3 405B run (16,384 H100, 2024): a default calibrated on one cluster and one
+hardware generation, not a law for other GPUs or clusters."""
 
 
 class FailureRates(Spec):
@@ -148,13 +158,17 @@ def job_mtbf_h(rates: FailureRates, gpus: int, gpus_per_node: int) -> float:
     return math.inf if total == 0 else 1.0 / total
 
 
-def load_reliability(name: str = DEFAULT_RELIABILITY) -> ReliabilityProfile:
-    """A built-in reliability profile by name or alias, or a profile file by path.
-
-    (Kept here until hardware_catalog gains a public ``load_reliability``; it uses the same
-    resolver as systems, models and stacks.)"""
-    import hardware_catalog
-
-    return hardware_catalog._resolve(  # noqa: SLF001 - the catalog's own resolver
-        "reliability", name, ReliabilityProfile, "reliability profile"
+def without_failures(profile: ReliabilityProfile) -> ReliabilityProfile:
+    """``profile`` with every failure rate and planned interruption at 0 (``--no-failures``):
+    its checkpoint size and times are still reported, the goodput is 1 and the effective time
+    the ideal one."""
+    rates = profile.failures.model_copy(
+        update={
+            "gpu_per_1k_hours": 0.0,
+            "node_per_1k_hours": 0.0,
+            "link_per_1k_hours": 0.0,
+            "software_per_1k_gpu_hours": 0.0,
+            "planned_per_day": 0.0,
+        }
     )
+    return profile.model_copy(update={"failures": rates, "name": f"{profile.name} (no failures)"})
