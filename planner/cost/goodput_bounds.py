@@ -28,10 +28,11 @@ a plan found under it is kept only if its own goodput meets the deadline.
 **The least write bandwidth.** For a fixed plan, the aggregate write bandwidth W enters the
 goodput only through the write time t_w = max(B_u / W, node bytes / node write), hence δ
 (sync) or L (async); with the interval at its continuous optimum the waste is increasing in t_w,
-so the least W with goodput ≥ target is found by bisection on log W (a closed form exists for the
-continuous interval, but the report rounds the interval to whole steps, which moves the
-goodput by far less than the bisection's tolerance of 0.1 % in W; the answer is checked with
-the reported goodput itself).
+so the least W with goodput ≥ target is found by bisection on log W to 0.1 % (a closed form
+exists for the continuous interval, but the report rounds the interval to whole steps; the
+bisection runs on the reported goodput itself, so the answer meets the target as reported).
+Over the strategies at N, the same bisection on g⁺(N; W) gives a W no strategy can go below:
+where the two agree within the tolerance the answer is minimal over every strategy.
 """
 
 from __future__ import annotations
@@ -117,18 +118,36 @@ def least_write_bandwidth(
     def at(gbps: float | None) -> GoodputEstimate:
         return estimate_goodput(ctx, strategy, step_time_s, with_aggregate_write(profile, gbps))
 
-    unbounded = at(None)
-    if unbounded.goodput < min_goodput:
-        return None, unbounded
+    found = _bisect(lambda gbps: at(gbps).goodput >= min_goodput)
+    return (found, at(found)) if found is not None else (None, at(None))
+
+
+def least_write_bandwidth_bound(
+    ctx: CostContext, gpus: int, min_goodput: float, profile: ReliabilityProfile | None = None
+) -> float | None:
+    """A lower bound of the aggregate write bandwidth any strategy on ``gpus`` GPUs needs for
+    ``min_goodput``: the least W with g⁺(N; W) ≥ target (goodput_upper_bound), within the
+    bisection's tolerance; None when even an unbounded file system leaves g⁺ below it."""
+    profile = profile or ctx.reliability
+    return _bisect(
+        lambda gbps: (
+            goodput_upper_bound(ctx, gpus, with_aggregate_write(profile, gbps)) >= min_goodput
+        )
+    )
+
+
+def _bisect(meets) -> float | None:
+    """The least W in [MIN_SEARCH_GBPS, MAX_SEARCH_GBPS] (to BANDWIDTH_TOLERANCE) where the
+    monotone ``meets(W)`` holds, or None when it fails at the top."""
     low, high = MIN_SEARCH_GBPS, MAX_SEARCH_GBPS
-    if at(low).goodput >= min_goodput:
-        return low, at(low)
-    if at(high).goodput < min_goodput:  # only the node links: no aggregate cap needed
-        return None, unbounded
+    if not meets(high):
+        return None
+    if meets(low):
+        return low
     while high / low > 1 + BANDWIDTH_TOLERANCE:
         middle = math.sqrt(low * high)
-        if at(middle).goodput >= min_goodput:
+        if meets(middle):
             high = middle
         else:
             low = middle
-    return high, at(high)
+    return high

@@ -13,6 +13,7 @@ QUANTITIES: dict[str, str] = {
     "offload-bandwidth": "GB/s",
     "scale-out-bandwidth": "GB/s",
     "cost": "USD",
+    "checkpoint-bandwidth": "GB/s",
 }
 
 SWEEP_BACKENDS = ("local", "ray")
