@@ -27,6 +27,7 @@ PLOT_KINDS = (
     "memory",
     "offload-bandwidth",
     "least-hardware",
+    "goodput-vs-gpus",
 )
 """What ``planner plot --kind`` draws (planner.studies.plots.KINDS)."""
 

@@ -3,7 +3,7 @@ the memory tiers (HBM first, then offload tiers) and the network tiers (scale-up
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -11,6 +11,8 @@ from planner.specs import limits as lim
 from planner.specs.base import Spec
 from planner.specs.reliability import ReliabilityProfile
 
+ProfileName = Annotated[str, Field(min_length=1, max_length=4096)]
+"""A catalog name or a spec file's path."""
 Precision = Literal["bf16", "fp8"]
 """The number formats of the accelerator's peaks (AcceleratorSpec.peak_tflops) that a job can
 train in (JobSpec.precision)."""
@@ -117,7 +119,7 @@ class SystemSpec(Spec):
     max_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
     gpu_hour_usd: float | None = Field(default=None, gt=0, le=lim.MAX_GPU_HOUR_USD)
     tp_across_domain: bool = False
-    reliability: str | ReliabilityProfile | None = Field(default=None, max_length=4096)
+    reliability: ProfileName | ReliabilityProfile | None = None
     """Failure rates, checkpoint storage and restart costs of the cluster (planner.specs.
     reliability): a catalog name (``planner catalog reliability``), a profile file, or the
     profile inline; None: the default profile (h100-llama3, H100-era rates calibrated on

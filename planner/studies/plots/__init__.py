@@ -8,7 +8,9 @@ Kinds: ``mfu-vs-gpus`` (a panel per model, a line per variant, optional MFU refe
 offload tiers' stacked per row, HBM capacity marked), ``offload-bandwidth`` (speed relative to
 unlimited offload bandwidth — or the study's highest — against bandwidth, a line per model),
 ``least-hardware`` (the least hardware — HBM, offload capacity, GPUs, a bandwidth — meeting a
-min-hardware study's goal, against model size).
+min-hardware study's goal, against model size), ``goodput-vs-gpus`` (per model, the goodput and
+the days to train without and with failures against GPU count: where adding GPUs stops paying;
+the study needs ``train_tokens``).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def _build(
         "breakdown": charts.breakdown,
         "memory": charts.memory,
         "least-hardware": charts.least_hardware,
+        "goodput-vs-gpus": charts.goodput_vs_gpus,
     }[kind](rows, study)
 
 
