@@ -19,7 +19,7 @@ from planner.cost.goodput_bounds import goodput_upper_bound, least_write_bandwid
 from planner.queries.evaluate import evaluate
 from planner.queries.min_hardware import min_hardware
 from planner.specs import JobSpec, Strategy
-from planner.studies.plots import charts
+from planner.studies.plots.goodput import goodput_vs_gpus
 
 LLAMA3 = [
     "--model",
@@ -386,7 +386,7 @@ def test_sweep_rows_and_the_goodput_plot(tmp_path: Path) -> None:
         for key in ("goodput", "effective_days", "days", "failures_per_day", "checkpoint_gib"):
             assert row[key] is not None, key
         assert row["effective_days"] > row["days"]
-    chart = charts.goodput_vs_gpus(rows, study)
+    chart = goodput_vs_gpus(rows, study)
     goodput_panel, days_panel = chart.panels
     (line,) = goodput_panel.lines
     assert [x for x, _ in line.points] == [8192.0, 16384.0]

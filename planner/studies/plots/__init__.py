@@ -22,6 +22,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.specs.quantities import PLOT_KINDS
 from planner.studies.plots import charts
+from planner.studies.plots.goodput import goodput_vs_gpus
 from planner.studies.rows import read_rows_counted, read_study
 from planner.studies.study import Study, scenarios
 
@@ -98,7 +99,7 @@ def _build(
         "breakdown": charts.breakdown,
         "memory": charts.memory,
         "least-hardware": charts.least_hardware,
-        "goodput-vs-gpus": charts.goodput_vs_gpus,
+        "goodput-vs-gpus": goodput_vs_gpus,
     }[kind](rows, study)
 
 
