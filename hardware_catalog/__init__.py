@@ -1,5 +1,6 @@
-"""The built-in catalog: systems (``systems/*.yaml``), model presets (``models/*.yaml``) and
-training-stack profiles (``stacks/*.yaml``).
+"""The built-in catalog: systems (``systems/*.yaml``), model presets (``models/*.yaml``),
+training-stack profiles (``stacks/*.yaml``) and reliability profiles (``reliability/*.yaml``:
+failure rates, checkpoint storage, restart costs).
 
 Every data file of the package (these and ``calibration/``) is read through
 ``importlib.resources`` (``CATALOG``), never a path relative to the source tree, so an installed
@@ -27,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import InputError, describe_validation_error
-from planner.specs import ModelSpec, StackProfile, SystemSpec
+from planner.specs import ModelSpec, ReliabilityProfile, StackProfile, SystemSpec
 
 CATALOG: Traversable = files(__name__)
 """The package's data as an importlib.resources tree: ``CATALOG / "systems" / "dgx-h100.yaml"``."""
@@ -166,6 +167,11 @@ def stack_names() -> list[str]:
     return _names("stacks")
 
 
+def reliability_names() -> list[str]:
+    """Canonical names of the built-in reliability profiles."""
+    return _names("reliability")
+
+
 def is_spec_path(name: str) -> bool:
     """Whether a name stands for a user's spec file rather than a catalog entry."""
     return name.endswith((".yaml", ".yml", ".json")) or "/" in name or "\\" in name
@@ -176,7 +182,8 @@ _PRELOADED: dict[tuple[str, str], BaseModel] = {}
 
 
 def preload(kind: str, name: str, spec: BaseModel | None) -> None:
-    """Answer ``name`` (a spec file's path) of ``kind`` ("systems", "models", "stacks") with
+    """Answer ``name`` (a spec file's path) of ``kind`` ("systems", "models", "stacks",
+    "reliability") with
     ``spec`` in this process, without reading the file: a sweep's remote workers get the
     driver's files this way (they may run on machines that do not have them). ``None`` forgets
     the name: it is read from the file again."""
@@ -221,3 +228,8 @@ def load_model(name: str) -> ModelSpec:
 def load_stack(name: str) -> StackProfile:
     """A built-in training-stack profile by name or alias, or a profile spec file by path."""
     return _resolve("stacks", name, StackProfile, "stack")
+
+
+def load_reliability(name: str) -> ReliabilityProfile:
+    """A built-in reliability profile by name or alias, or a profile spec file by path."""
+    return _resolve("reliability", name, ReliabilityProfile, "reliability profile")

@@ -85,7 +85,7 @@ def test_every_number_in_a_catalog_file_has_a_source(kind: str, name: str) -> No
 
 
 def test_names_and_aliases_are_unique_across_files() -> None:
-    for kind in ("systems", "models"):
+    for kind in ("systems", "models", "reliability"):
         seen: dict[str, str] = {}
         for path in (hardware_catalog.CATALOG / kind).iterdir():
             data = yaml.safe_load(path.read_text())

@@ -37,6 +37,9 @@ EVALUATE = [
     *_args("--train-tokens 300e9"),
 ]
 PLAN_TOP = _args("plan --model llama3-8b --system dgx-h100 --gpus 64 --global-batch 512 --top 3")
+PLAN_TOKENS = _args(
+    "plan --model llama3-8b --system dgx-h100 --gpus 64 --global-batch 512 --train-tokens 15e12"
+)
 PLAN_INFEASIBLE = _args("plan --model megatron-1t --system dgx-h100 --gpus 64 --global-batch 64")
 MIN_HARDWARE = _args(
     "min-hardware --model gpt3-1.3b --system h100-offload-512g --gpus 8 --global-batch 64 "
@@ -155,7 +158,7 @@ def _rerender(tables: list[Table]) -> None:
         check_readable(console.file.getvalue(), tables, width or PIPED_WIDTH)
 
 
-@pytest.mark.parametrize("what", ["systems", "models", "stacks"])
+@pytest.mark.parametrize("what", ["systems", "models", "stacks", "reliability"])
 def test_catalog_listings(
     what: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -167,12 +170,15 @@ def test_catalog_listings(
             expected = [f"{hbm['capacity_gib']:g}", f"{hbm['bandwidth_gbps']:g}"]
         elif what == "models":
             expected = [str(entry[k]) for k in ("hidden", "layers", "heads", "vocab", "seq_len")]
+        elif what == "reliability":
+            rates = entry["failures"]
+            expected = [f"{rates[k]:.4g}" for k in ("gpu_per_1k_hours", "node_per_1k_hours")]
         else:
             expected = [f"{entry['gemm_efficiency']:.3g}"]
         assert set(expected) <= shown, (entry["name"], expected)
 
 
-@pytest.mark.parametrize("name", ["dgx-h100", "llama3-70b", "megatron-core"])
+@pytest.mark.parametrize("name", ["dgx-h100", "llama3-70b", "megatron-core", "h100-llama3"])
 def test_catalog_show(
     name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -199,6 +205,31 @@ def test_evaluate(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
     for tier in estimate["memory_gib"].values():
         assert {f"{v:.2f}" for k, v in tier.items() if k != "capacity"} <= shown
     assert isinstance(estimate["training"]["steps"], int)  # a whole number of steps
+    _goodput_shown(estimate, shown)
+
+
+def _goodput_shown(estimate: dict, shown: set[str]) -> None:
+    """The Failures & checkpoints table (issue 35) carries the JSON's goodput numbers."""
+    goodput = estimate["goodput"]
+    assert {
+        f"{goodput['failures_per_day']:.2f}",
+        f"{goodput['job_mtbf_h']:.2f}",
+        f"{goodput['goodput']:.1%}",
+        f"{goodput['interval_s']:,.0f}",
+        f"{goodput['restart_s']:.0f}",
+        f"{estimate['training']['effective_days']:,.1f}",
+    } <= shown
+
+
+def test_plan_with_train_tokens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan with a token budget: its goodput table read at every width."""
+    out, tables = _run(monkeypatch, capsys, PLAN_TOKENS, None)
+    check_readable(out, tables, PIPED_WIDTH)
+    assert any(str(t.title).startswith("Failures & checkpoints") for t in tables)
+    _rerender(tables)
+    _goodput_shown(_json(capsys, PLAN_TOKENS)["estimate"], cells(tables))
 
 
 def test_evaluate_memory_table_names_no_stage_with_one(

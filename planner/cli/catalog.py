@@ -1,4 +1,5 @@
-"""`planner catalog`: list or show the built-in systems, models and training stacks."""
+"""`planner catalog`: list or show the built-in systems, models, training stacks and
+reliability profiles."""
 
 from __future__ import annotations
 
@@ -14,13 +15,18 @@ if TYPE_CHECKING:
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The `catalog` command's parser, under ``commands``."""
-    catalog = commands.add_parser("catalog", help="list or show built-in systems and models")
+    catalog = commands.add_parser(
+        "catalog", help="list or show built-in systems, models, stacks and reliability profiles"
+    )
     catalog.add_argument(
         "what",
-        choices=["systems", "models", "stacks", "show"],
-        help="list the systems, models or training stacks, or show one entry's every field",
+        choices=["systems", "models", "stacks", "reliability", "show"],
+        help="list the systems, models, training stacks or reliability profiles, or show one "
+        "entry's every field",
     )
-    catalog.add_argument("name", nargs="?", help="with show: a system or model name")
+    catalog.add_argument(
+        "name", nargs="?", help="with show: a system, model, stack or reliability profile"
+    )
     catalog.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -35,6 +41,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         "systems": (catalog.system_names, catalog.load_system, catalog_report.systems_table),
         "models": (catalog.model_names, catalog.load_model, catalog_report.models_table),
         "stacks": (catalog.stack_names, catalog.load_stack, catalog_report.stacks_table),
+        "reliability": (
+            catalog.reliability_names,
+            catalog.load_reliability,
+            catalog_report.reliability_table,
+        ),
     }
     if args.what in listings:
         names, load, table = listings[args.what]
@@ -73,15 +84,23 @@ def _catalog_json(spec) -> dict:
 
 
 def _find_any(name: str):
-    """A system, model or stack by name; the error names the three catalogs."""
+    """A system, model, stack or reliability profile by name; the error names the four
+    catalogs."""
     import hardware_catalog
 
     try:
         return hardware_catalog.load_system(name)
     except InputError as system_error:
-        for load in (hardware_catalog.load_model, hardware_catalog.load_stack):
+        loaders = (
+            hardware_catalog.load_model,
+            hardware_catalog.load_stack,
+            hardware_catalog.load_reliability,
+        )
+        for load in loaders:
             try:
                 return load(name)
             except InputError:
                 pass
-        raise InputError(str(system_error).replace("system", "system, model or stack", 1)) from None
+        raise InputError(
+            str(system_error).replace("system", "system, model, stack or reliability profile", 1)
+        ) from None

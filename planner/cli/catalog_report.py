@@ -11,7 +11,7 @@ from rich.text import Text
 
 from planner.cli.layout import print_table
 from planner.cli.report import format_params
-from planner.specs import ModelSpec, StackProfile, SystemSpec
+from planner.specs import ModelSpec, ReliabilityProfile, StackProfile, SystemSpec
 
 
 def systems_table(systems: list[SystemSpec]) -> Table:
@@ -92,6 +92,46 @@ def stacks_table(stacks: list[StackProfile]) -> Table:
             f"{s.layer_overhead_us:.3g}",
             ", ".join(overlaps) or "-",
             s.grad_dtype,
+        )
+    return table
+
+
+def reliability_table(profiles: list[ReliabilityProfile]) -> Table:
+    """The reliability profiles: failure rates per 1,000 device-hours, what 16,384 GPUs see
+    of them, checkpoint storage and restart costs."""
+    from planner.specs.reliability import job_mtbf_h
+
+    table = Table(title="Reliability profiles", title_justify="left")
+    table.add_column("name")
+    for column in (
+        "GPU /1k h",
+        "node /1k h",
+        "link /1k h",
+        "software /1k h",
+        "planned /day",
+        "MTBF at 16,384 GPUs",
+        "storage write GB/s",
+        "restart s",
+        "mode",
+    ):
+        text = column in ("storage write GB/s", "restart s", "mode")  # wrap at spaces only
+        table.add_column(column, justify="left" if column == "mode" else "right", no_wrap=not text)
+    for p in profiles:
+        rates, storage = p.failures, p.storage
+        write = f"{storage.write_gbps_per_node:g}/node"
+        if storage.aggregate_write_gbps is not None:
+            write += f", {storage.aggregate_write_gbps:g} total"
+        table.add_row(
+            p.name,
+            f"{rates.gpu_per_1k_hours:.4g}",
+            f"{rates.node_per_1k_hours:.4g}",
+            f"{rates.link_per_1k_hours:.4g}",
+            f"{rates.software_per_1k_gpu_hours:.4g}",
+            f"{rates.planned_per_day:.3g}",
+            f"{job_mtbf_h(rates, 16384, 8):.2f} h",
+            write,
+            f"{p.restart.fixed_s:g} + read",
+            p.checkpoint_mode,
         )
     return table
 

@@ -43,7 +43,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-days",
         type=number(lim.MIN_DAYS, lim.MAX_DAYS, low_open=False),
         metavar="D",
-        help="goal: train --train-tokens within D days",
+        help="goal: train --train-tokens within D days, failures counted (the goodput of "
+        "--reliability; --no-failures for the failure-free deadline)",
+    )
+    hardware_cmd.add_argument(
+        "--min-goodput",
+        type=number(0, 1, low_open=True),
+        metavar="G",
+        help="with --minimize checkpoint-bandwidth: keep the goodput at least G (0-1)",
     )
     hardware_cmd.add_argument(
         "--max-gpus",
@@ -59,7 +66,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     hardware_cmd.add_argument(
         "--sweep",
-        choices=[q for q in QUANTITIES if q != "cost"] + ["step-time"],
+        choices=[q for q in QUANTITIES if q not in ("cost", "checkpoint-bandwidth")]
+        + ["step-time"],
         help="also trace the Pareto front against this quantity",
     )
     hardware_cmd.add_argument(
@@ -73,9 +81,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
+    """The step and MFU bounds; --max-days is checked here (its failure-free step bound must
+    lie in the allowed range) and goes to the query, which scales it by the goodput per GPU
+    count (planner.queries.hardware_query.HardwareQuery.target_at)."""
     from constraints.target import PerformanceTarget
 
-    step = args.max_step_time
     if args.max_days is not None:
         if not job.train_tokens:
             raise InputError("--max-days needs --train-tokens (the budget to train by then)")
@@ -88,8 +98,9 @@ def _goal(args: argparse.Namespace, job: JobSpec) -> PerformanceTarget:
                 f"step-time bound of {deadline:g} s; allowed range is [{lim.MIN_STEP_TIME_S:g}, "
                 f"{lim.MAX_STEP_TIME_S:g}] s"
             )
-        step = min(step, deadline) if step else deadline
-    return PerformanceTarget(max_step_s=step, min_mfu=args.min_mfu)
+    if args.minimize == "checkpoint-bandwidth" and args.min_goodput is None:
+        raise InputError("--minimize checkpoint-bandwidth needs --min-goodput (e.g. 0.9)")
+    return PerformanceTarget(max_step_s=args.max_step_time, min_mfu=args.min_mfu)
 
 
 def _left(limit: float | None, spent: float) -> float | None:
@@ -116,6 +127,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         pins=pins,
         max_gpus=args.max_gpus,
         bandwidth_range_gbps=tuple(args.bandwidth_range) if args.bandwidth_range else None,
+        max_days=args.max_days,
     )
     work_limit = work_limit_from(args)
     result = min_hardware(
@@ -125,6 +137,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         args.minimize,
         time_limit_s=args.time_limit,
         work_limit=work_limit,
+        min_goodput=args.min_goodput,
         **common,
     )
     front = None

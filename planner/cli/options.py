@@ -164,7 +164,37 @@ def add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False)
         help="share of HBM a plan may use (default: the stack's, 0.95 but for calculon's 1)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_reliability_args(parser)
     _add_hardware_args(parser)
+
+
+def _add_reliability_args(parser: argparse.ArgumentParser) -> None:
+    """What the goodput of a plan with --train-tokens assumes (planner/cost/goodput.py)."""
+    group = parser.add_argument_group(
+        "failures and checkpoints",
+        "with --train-tokens: failures, checkpoints, restarts and the goodput they leave",
+    )
+    group.add_argument(
+        "--reliability",
+        metavar="NAME|FILE",
+        help="reliability profile: a catalog name (`planner catalog reliability`) or a spec "
+        "file (default: the system's, else h100-llama3: H100-era rates from Llama 3's run)",
+    )
+    group.add_argument(
+        "--checkpoint-mode",
+        choices=["sync", "async", "in-memory"],
+        help="how checkpoints are taken (default: the profile's)",
+    )
+    group.add_argument(
+        "--checkpoint-interval",
+        choices=["daly", "young"],
+        help="the optimal interval's formula (default daly: Daly 2006; young: Young 1974)",
+    )
+    group.add_argument(
+        "--no-failures",
+        action="store_true",
+        help="assume no failures and no planned interruptions (the failure-free numbers)",
+    )
 
 
 def _add_hardware_args(parser: argparse.ArgumentParser) -> None:
@@ -367,6 +397,10 @@ def job_from(args: argparse.Namespace, stated: dict[str, object] | None = None) 
         "hbm_reserve_gib": args.hbm_reserve_gib,
         "hbm_usable_fraction": args.hbm_usable_fraction,
         "expert_imbalance": args.expert_imbalance,
+        "reliability": getattr(args, "reliability", None),
+        "checkpoint_mode": getattr(args, "checkpoint_mode", None),
+        "checkpoint_interval": getattr(args, "checkpoint_interval", None),
+        "failures": False if getattr(args, "no_failures", False) else None,
     }
     fields = {**(stated or {}), **{k: v for k, v in fields.items() if v is not None}}
     try:
@@ -376,6 +410,8 @@ def job_from(args: argparse.Namespace, stated: dict[str, object] | None = None) 
     import hardware_catalog
 
     hardware_catalog.load_stack(job.stack)  # an unknown stack is a one-line error here
+    if job.reliability is not None:
+        hardware_catalog.load_reliability(job.reliability)  # likewise a profile
     return job
 
 

@@ -17,6 +17,7 @@ from planner.specs import ModelSpec, Strategy, SystemSpec
 
 if TYPE_CHECKING:
     from planner.cost.estimate import Estimate
+    from planner.cost.goodput import GoodputEstimate
     from planner.launch import LaunchConfig
 
 BREAKDOWN_LABELS = {
@@ -111,10 +112,62 @@ def summary_table(estimate: Estimate, gpus: int) -> Table:
     if estimate.training:
         t = estimate.training
         table.add_row("tokens to train", f"{t.tokens:.3g}")
-        table.add_row("time to train", f"{t.days:,.1f} days")
-        table.add_row("GPU-hours", f"{t.gpu_hours:,.0f}")
+        failures = t.goodput is not None
+        ideal = " (no failures)" if failures else ""
+        table.add_row("time to train" + ideal, f"{t.days:,.1f} days")
+        table.add_row("GPU-hours" + ideal, f"{t.gpu_hours:,.0f}")
         if t.cost_usd is not None:
-            table.add_row("cost", f"${t.cost_usd:,.0f}")
+            table.add_row("cost" + ideal, f"${t.cost_usd:,.0f}")
+        if failures:
+            days = f"{t.effective_days:,.1f} days" if t.effective_days is not None else "never"
+            table.add_row(f"time to train at {t.goodput:.1%} goodput", days)
+            if t.effective_gpu_hours is not None:
+                table.add_row("GPU-hours with failures", f"{t.effective_gpu_hours:,.0f}")
+            if t.effective_cost_usd is not None:
+                table.add_row("cost with failures", f"${t.effective_cost_usd:,.0f}")
+    return table
+
+
+def goodput_table(goodput: GoodputEstimate) -> Table:
+    """Failures, checkpoints, restarts and goodput of one plan (planner/cost/goodput.py)."""
+    g = goodput
+    name = g.profile.removesuffix(" (no failures)")
+    table = Table(
+        title=f"Failures & checkpoints (profile {g.profile}; `planner catalog show {name}`)",
+        title_justify="left",
+        show_header=False,
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    kinds = ", ".join(f"{kind} {rate:.2f}" for kind, rate in g.failures_per_day_by_kind.items())
+    table.add_row("failures per day", f"{g.failures_per_day:.2f} ({kinds})")
+    table.add_row("planned interruptions per day", f"{g.planned_interruptions_per_day:.2f}")
+    mtbf = "never fails" if g.job_mtbf_h is None else f"{g.job_mtbf_h:.2f} h"
+    table.add_row(f"job MTBF ({g.gpus:,} GPUs, {g.nodes:,} nodes)", mtbf)
+    table.add_row(
+        f"checkpoint ({g.checkpoint_mode})",
+        f"{g.checkpoint_gib_total:,.0f} GiB total, {g.checkpoint_gib_per_gpu:.2f} GiB per GPU",
+    )
+    table.add_row(
+        "checkpoint write / stall", f"{g.checkpoint_write_s:.3g} s / {g.checkpoint_stall_s:.3g} s"
+    )
+    if g.interval_s is None:
+        table.add_row(f"interval ({g.interval_formula})", "none (no failures)")
+    else:
+        table.add_row(
+            f"interval ({g.interval_formula})", f"{g.interval_s:,.0f} s ({g.interval_steps} steps)"
+        )
+    table.add_row("restart (of which read)", f"{g.restart_s:.0f} s ({g.checkpoint_read_s:.3g} s)")
+    waste = ", ".join(f"{name.replace('_', ' ')} {share:.2%}" for name, share in g.waste.items())
+    table.add_row("waste", waste)
+    table.add_row(
+        "goodput (Daly's exponential model)", f"{g.goodput:.1%} ({g.goodput_exponential:.1%})"
+    )
+    if g.ideal_days is not None:
+        effective = "never" if g.effective_days is None else f"{g.effective_days:,.1f}"
+        table.add_row("days: ideal → with failures", f"{g.ideal_days:,.1f} → {effective}")
+    if g.expected_failures is not None:
+        table.add_row("failures expected over the run", f"{g.expected_failures:,.0f}")
     return table
 
 
@@ -126,6 +179,8 @@ def print_estimate(
     print_table(console, breakdown_table(estimate))
     print_table(console, memory_table(estimate, system, strategy.pp))
     print_table(console, summary_table(estimate, strategy.gpus))
+    if estimate.goodput is not None:
+        print_table(console, goodput_table(estimate.goodput))
     for warning in estimate.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
     for overflow in estimate.overflows:

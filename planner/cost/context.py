@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.errors import InputError
-from planner.specs import JobSpec, ModelSpec, StackProfile, SystemSpec
+from planner.specs import (
+    DEFAULT_RELIABILITY,
+    JobSpec,
+    ModelSpec,
+    ReliabilityProfile,
+    StackProfile,
+    SystemSpec,
+)
+from planner.specs.reliability import without_failures
 
 BYTES_PER_GIB = float(1 << 30)
 ACTIVATION_BYTES = 2
@@ -17,6 +25,21 @@ def _job_stack(job: JobSpec) -> StackProfile:
     import hardware_catalog
 
     return hardware_catalog.load_stack(job.stack)
+
+
+def job_reliability(system: SystemSpec, job: JobSpec) -> ReliabilityProfile:
+    """The reliability profile a job assumes: the job's (a catalog name or file), else the
+    system's (a name, a file or inline), else DEFAULT_RELIABILITY; without failures when the
+    job says ``failures: false``. An unknown name is a one-line InputError."""
+    import hardware_catalog
+
+    chosen = job.reliability or system.reliability or DEFAULT_RELIABILITY
+    profile = (
+        chosen
+        if isinstance(chosen, ReliabilityProfile)
+        else hardware_catalog.load_reliability(chosen)
+    )
+    return profile if job.failures else without_failures(profile)
 
 
 @dataclass(frozen=True)
@@ -39,6 +62,11 @@ class CostContext:
                 f"job.precision = {self.job.precision!r}: the accelerator "
                 f"{self.system.accelerator.name!r} has no peak for it; allowed: {allowed}"
             )
+
+    @property
+    def reliability(self) -> ReliabilityProfile:
+        """The job's reliability profile (job_reliability)."""
+        return job_reliability(self.system, self.job)
 
     @property
     def seq_len(self) -> int:

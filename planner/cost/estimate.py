@@ -1,5 +1,7 @@
 """The report of one strategy: step time, its breakdown, memory per tier, efficiency, and the
-time and GPU-hours to train a token budget. This is the ``estimate`` object of ``--json``."""
+time and GPU-hours to train a token budget, ideal and with failures (goodput: failures,
+checkpoints, restarts; planner/cost/goodput.py). This is the ``estimate`` object of
+``--json``."""
 
 from __future__ import annotations
 
@@ -8,16 +10,21 @@ import math
 from pydantic import BaseModel, ConfigDict
 
 from planner.cost.context import BYTES_PER_GIB, CostContext
+from planner.cost.goodput import GoodputEstimate, estimate_goodput
 from planner.cost.memory import StageMemory
 from planner.cost.step import StepTerms
 from planner.errors import InputError
+from planner.specs import Strategy
 
 
 class TrainingTime(BaseModel):
-    """Time to train ``tokens`` at the strategy's throughput. ``steps`` is a whole number of
-    optimizer steps: ⌈tokens / (global batch × sequence)⌉ (the quotient rounded to 10⁻⁶ first, so
-    an exact one is not pushed up by float error), the last step a full one (time_s,
-    days, GPU-hours and cost are those of the tokens, not of the rounded steps)."""
+    """Time to train ``tokens`` at the strategy's throughput: ideal (``time_s``, ``days``,
+    ``gpu_hours``, ``cost_usd``: no failures, free checkpoints) and effective (``effective_*``:
+    divided by the goodput, with the failures, checkpoints and restarts of the reliability
+    profile; None when the goodput is 0). ``steps`` is a whole number of optimizer steps:
+    ⌈tokens / (global batch × sequence)⌉ (the quotient rounded to 10⁻⁶ first, so an exact one is
+    not pushed up by float error), the last step a full one (time_s, days, GPU-hours and cost,
+    ideal and effective, are those of the tokens, not of the rounded steps)."""
 
     tokens: float
     steps: int
@@ -25,6 +32,10 @@ class TrainingTime(BaseModel):
     days: float
     gpu_hours: float
     cost_usd: float | None = None
+    goodput: float | None = None
+    effective_days: float | None = None
+    effective_gpu_hours: float | None = None
+    effective_cost_usd: float | None = None
 
 
 class Estimate(BaseModel):
@@ -52,6 +63,8 @@ class Estimate(BaseModel):
     overflows: list[str]
     warnings: list[str]
     training: TrainingTime | None = None
+    goodput: GoodputEstimate | None = None
+    """With a token budget and a strategy: failures, checkpoints, restarts and goodput."""
 
 
 def _scalar(value: object) -> float:
@@ -78,8 +91,15 @@ def _check_finite(terms: StepTerms) -> None:
             )
 
 
-def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list[str]) -> Estimate:
-    """Turn the cost model's terms for a single strategy into an Estimate."""
+def build_estimate(
+    ctx: CostContext,
+    terms: StepTerms,
+    gpus: int,
+    warnings: list[str],
+    strategy: Strategy | None = None,
+) -> Estimate:
+    """Turn the cost model's terms for a single strategy into an Estimate; with the job's
+    token budget and the ``strategy``, its goodput and effective time to train too."""
     name, stage = _most_loaded(terms, lambda s: s.hbm_total)
     memory: dict[str, dict[str, float]] = {}
     stages = {"hbm": name}
@@ -126,7 +146,9 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
     step = _scalar(terms.step_time_s)
     _check_finite(terms)
     tokens_per_s = _scalar(terms.tokens_per_s)
-    training = None
+    training = goodput = None
+    if ctx.job.train_tokens and strategy is not None:
+        goodput = estimate_goodput(ctx, strategy, step)
     if ctx.job.train_tokens:
         time_s = ctx.job.train_tokens / tokens_per_s
         gpu_hours = time_s * gpus / 3600
@@ -139,6 +161,18 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
             gpu_hours=gpu_hours,
             cost_usd=gpu_hours * price if price else None,
         )
+        if goodput is not None:
+            effective_hours = goodput.gpu_hours
+            training = training.model_copy(
+                update={
+                    "goodput": goodput.goodput,
+                    "effective_days": goodput.effective_days,
+                    "effective_gpu_hours": effective_hours,
+                    "effective_cost_usd": effective_hours * price
+                    if price and effective_hours is not None
+                    else None,
+                }
+            )
     return Estimate(
         step_time_s=step,
         mfu=_scalar(terms.mfu),
@@ -155,4 +189,5 @@ def build_estimate(ctx: CostContext, terms: StepTerms, gpus: int, warnings: list
         overflows=overflows,
         warnings=warnings,
         training=training,
+        goodput=goodput,
     )

@@ -36,6 +36,5 @@ def evaluate(
     check_strategy(model_spec, system_spec, job, strategy)
     ctx = CostContext(model_spec, system_spec, job)
     terms = evaluate_terms(ctx, Knobs.from_strategy(strategy))
-    return build_estimate(
-        ctx, terms, strategy.gpus, strategy_warnings(system_spec, strategy, ctx.stack)
-    )
+    warnings = strategy_warnings(system_spec, strategy, ctx.stack)
+    return build_estimate(ctx, terms, strategy.gpus, warnings, strategy)

@@ -93,6 +93,10 @@ class Refutations:
     """Counts whose plan ran out of budget without a strategy or a proof."""
     stopped_at: int | None = None
     """The first count not searched, when the plan budget or the time limit ran out."""
+    short_of_deadline: list[int] = field(default_factory=list)
+    """Counts (also in ``unrefuted``) whose plan met the deadline scaled by the goodput's upper
+    bound g⁺(N) but not at its own goodput: a slower strategy with a higher goodput is not
+    ruled out there."""
 
     def describe(self, answer: int) -> str:
         """The evidence for ``answer`` in words."""
@@ -102,8 +106,14 @@ class Refutations:
             parts.append(f"{self.unfactorable} with no tp·cp·pp·dp of that product")
         refuted = self.plans - 1 - len(self.unrefuted)
         parts.append(f"{refuted} by plan (infeasible under the goal)")
-        if self.unrefuted:
-            parts.append(f"{len(self.unrefuted)} unknown (plan ran out of budget)")
+        if self.short_of_deadline:
+            parts.append(
+                f"{len(self.short_of_deadline)} unknown (met the deadline at the goodput's "
+                "bound, not at the plan's own)"
+            )
+        if len(self.unrefuted) > len(self.short_of_deadline):
+            out = len(self.unrefuted) - len(self.short_of_deadline)
+            parts.append(f"{out} unknown (plan ran out of budget)")
         return f"multiples of {self.multiple} below {answer:,}: " + ", ".join(parts)
 
 
@@ -186,7 +196,7 @@ class FewestGpus(HardwareQuery):
         multiple = self.system.gpus_per_node
         top = self.gpu_bound()
         free = self.free_space(top)
-        floor = gpu_floor(self.ctx, free, self.target)
+        floor = gpu_floor(self.ctx, free, self.loosest_target())
         tp, cp, dp = (self.pinned_or(k, free.domains[k]) for k in ("tp", "cp", "dp"))
         tcd = frozenset(t * c * d for t in tp for c in cp for d in dp)
         if floor is None:  # the goal's MFU is above what compute alone reaches
@@ -203,8 +213,13 @@ class FewestGpus(HardwareQuery):
                 return ("unknown", None, None)
             result = self.plan_at(gpus=count, cap_units=GPU_COUNT_WORK_UNITS)
             found.plans += 1
-            if result.strategy is not None:
+            if result.strategy is not None and self.meets_deadline(result):
                 return self.gpu_answer(count, result, below)
+            if result.strategy is not None:  # met the bound g⁺(N), not its own goodput
+                found.short_of_deadline.append(count)
+                found.unrefuted.append(count)
+                below = None
+                continue
             if result.status != "infeasible":
                 found.unrefuted.append(count)
             below = result
@@ -254,10 +269,17 @@ class LeastCost(HardwareQuery):
 
     def run(self) -> tuple:
         """GPUs × step time minimised in one CP-SAT model with the GPU count free, over every
-        pp a fixed count's plan searches (with_every_pp)."""
+        pp a fixed count's plan searches (with_every_pp). A deadline in days enters the model
+        failure-free (its step bound at goodput 1, the loosest any count can have); the
+        answer's plan is then made at its count with the bound scaled by the goodput's upper
+        bound there, and is proven only if it also meets the deadline at its own goodput. The
+        objective does not divide by the goodput (which falls with the count): the cost with
+        failures is reported (training.effective_cost_usd), not minimised."""
         bound = self.gpu_bound()
         space = with_every_pp(self.free_space(bound), self.model.layers, bound)
-        built = build_plan_model(self.ctx, space, target=self.target, exact_exposure=False)
+        built = build_plan_model(
+            self.ctx, space, target=self.loosest_target(), exact_exposure=False
+        )
         count = built.variables.gpu_count()
         product = built.variables.new_int(
             "gpu_steps", built.variables.ub(count) * built.variables.ub(built.steps.step)

@@ -7,13 +7,15 @@ Each quantity's search is a subclass (planner.queries.gpu_count, capacity, bandw
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel
 
 from constraints.target import PerformanceTarget
 from planner.cost.context import CostContext
 from planner.cost.estimate import Estimate
+from planner.cost.goodput import SECONDS_PER_DAY
+from planner.cost.goodput_bounds import goodput_upper_bound
 from planner.errors import InputError
 from planner.queries.diagnosis import Diagnosis
 from planner.queries.evaluate import evaluate
@@ -74,6 +76,10 @@ class HardwareQuery:
     """What the query's solves may still spend, shared by all of them."""
     max_gpus: int | None
     bandwidth_range: tuple[float, float] | None
+    max_days: float | None = None
+    """Train the job's token budget within this many days, failures counted (target_at)."""
+    min_goodput: float | None = None
+    """The goodput to keep (the least checkpoint bandwidth's goal)."""
     unreachable: Unreachable | None = None
     """Set by ``infeasible`` when the goal is what no hardware in the domain meets."""
 
@@ -109,6 +115,65 @@ class HardwareQuery:
             lim.MAX_GPUS,
         )
 
+    def deadline_step_s(self) -> float | None:
+        """The failure-free step-time bound of ``max_days``: D · 86,400 · B · s / tokens."""
+        if self.max_days is None or not self.job.train_tokens:
+            return None
+        tokens_per_step = self.job.global_batch * self.ctx.seq_len
+        return self.max_days * SECONDS_PER_DAY * tokens_per_step / self.job.train_tokens
+
+    def target_at(self, gpus: int | None) -> PerformanceTarget | None:
+        """The goal on ``gpus`` GPUs: the user's step and MFU bounds and, with ``max_days``,
+        step ≤ deadline step · g⁺(N) (goodput_upper_bound: no strategy at N has a higher
+        goodput, so a count this bound refutes is refuted for every strategy's own goodput;
+        the plan found is checked with its own, ``meets_deadline``). None: the bound is below
+        the shortest step the limits allow (no strategy can meet it)."""
+        deadline = self.deadline_step_s()
+        if deadline is None or gpus is None:
+            return self.target
+        bound = deadline * goodput_upper_bound(self.ctx, gpus)
+        if bound < lim.MIN_STEP_TIME_S:
+            return None
+        step = self.target.max_step_s
+        return replace(self.target, max_step_s=min(step, bound) if step else bound)
+
+    def loosest_target(self) -> PerformanceTarget:
+        """The goal with the deadline's failure-free step bound (goodput ≤ 1): no count or
+        strategy meets the goal unless it meets this, so floors and free-count models may use
+        it (their answers are checked with ``meets_deadline``)."""
+        deadline = self.deadline_step_s()
+        if deadline is None:
+            return self.target
+        step = self.target.max_step_s
+        return replace(self.target, max_step_s=min(step, deadline) if step else deadline)
+
+    def meets_deadline(self, result: Plan) -> bool:
+        """Whether ``result``'s strategy trains the budget within ``max_days`` at its own
+        goodput (always, without a deadline)."""
+        if self.deadline_step_s() is None or result.estimate is None:
+            return True
+        training = result.estimate.training
+        days = training.effective_days if training is not None else None
+        return days is not None and days <= self.max_days
+
+    def goal(self) -> str:
+        """The goal in words."""
+        parts = []
+        if self.target.max_step_s is not None or self.target.min_mfu is not None:
+            parts.append(self.target.describe())
+        if self.deadline_step_s() is not None:
+            bound = f"step ≤ {self.deadline_step_s():.4g} s"
+            if self.job.failures:
+                counted = f"with failures (profile {self.ctx.reliability.name}; {bound} × goodput)"
+            else:
+                counted = f"without failures ({bound})"
+            parts.append(
+                f"{self.job.train_tokens:.3g} tokens within {self.max_days:g} days {counted}"
+            )
+        if self.min_goodput is not None:
+            parts.append(f"goodput ≥ {self.min_goodput:.1%}")
+        return "; ".join(parts) or "fits"
+
     def plan_at(
         self,
         system: SystemSpec | None = None,
@@ -121,6 +186,9 @@ class HardwareQuery:
         is left), charged to it."""
         if self.budget.exhausted():
             return Plan(status="unknown", strategy=None, estimate=None, solver=None)
+        target = self.target_at(gpus or self.gpus)
+        if target is None:  # the deadline leaves no step time at this count
+            return Plan(status="infeasible", strategy=None, estimate=None, solver=None)
         work_limit = self.budget.units_left()
         if cap_units is not None:
             work_limit = cap_units if work_limit is None else min(work_limit, cap_units)
@@ -130,7 +198,7 @@ class HardwareQuery:
             self.job,
             gpus or self.gpus,
             pins=self.pins,
-            target=self.target,
+            target=target,
             time_limit_s=self.budget.seconds_left(),
             work_limit=work_limit,
             diagnose=diagnose,
@@ -150,6 +218,7 @@ class HardwareQuery:
     ) -> tuple:
         if result.strategy is None:
             return ("unknown", None, result.diagnosis)
+        proven = proven and self.meets_deadline(result)  # at its own goodput (target_at)
         minimum = Minimum(
             quantity=self.quantity,
             value=value,

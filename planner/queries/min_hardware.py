@@ -11,6 +11,9 @@ tabulated with it (DESIGN.md §5):
   grid);
 - ``offload-bandwidth`` / ``scale-out-bandwidth``: a one-hot over a geometric grid of bandwidths
   (the offload, DP/PP and optimizer tables get one more axis), minimised by grid index;
+- ``checkpoint-bandwidth``: the file system's aggregate write bandwidth that keeps the goodput
+  at a target, for plan's strategy (checkpoint_bandwidth: a bisection, the goodput being
+  monotone in it);
 - ``cost``: GPUs × step time (GPU-hours per step, times the system's price), with the GPU count
   free (tp·cp·pp·dp, whole nodes, up to the system's maximum or ``max_gpus``).
 
@@ -39,6 +42,7 @@ from constraints.target import PerformanceTarget
 from planner.errors import InputError
 from planner.queries.bandwidth import LeastBandwidth, check_bandwidth_range
 from planner.queries.capacity import LeastCapacity
+from planner.queries.checkpoint_bandwidth import LeastCheckpointBandwidth
 from planner.queries.diagnosis import Diagnosis
 from planner.queries.evaluate import as_model, as_system
 from planner.queries.gpu_count import FewestGpus, LeastCost
@@ -50,7 +54,13 @@ from planner.specs import limits as lim
 from planner.specs.quantities import QUANTITIES
 
 Quantity = Literal[
-    "gpus", "hbm", "offload-capacity", "offload-bandwidth", "scale-out-bandwidth", "cost"
+    "gpus",
+    "hbm",
+    "offload-capacity",
+    "offload-bandwidth",
+    "scale-out-bandwidth",
+    "cost",
+    "checkpoint-bandwidth",
 ]
 QUERIES: dict[str, type[HardwareQuery]] = {
     "gpus": FewestGpus,
@@ -59,6 +69,7 @@ QUERIES: dict[str, type[HardwareQuery]] = {
     "offload-bandwidth": LeastBandwidth,
     "scale-out-bandwidth": LeastBandwidth,
     "cost": LeastCost,
+    "checkpoint-bandwidth": LeastCheckpointBandwidth,
 }
 """The query that searches each quantity (planner.specs.quantities.QUANTITIES)."""
 
@@ -94,10 +105,15 @@ def min_hardware(
     max_micro_batch: int = 64,
     max_interleave: int | None = None,
     max_cp: int | None = None,
+    max_days: float | None = None,
+    min_goodput: float | None = None,
 ) -> MinHardwareResult:
     """The least ``quantity`` that meets ``target`` (see the module docstring), within
     ``work_limit`` deterministic units and, if set, ``time_limit_s`` seconds, shared by every
-    solve of the query (MinHardwareResult.work_units says what it spent)."""
+    solve of the query (MinHardwareResult.work_units says what it spent). ``max_days``:
+    train the job's token budget within that many days with failures counted (the goodput
+    of the job's reliability profile); ``min_goodput``: the goal of the least
+    ``checkpoint-bandwidth``."""
     started = time.perf_counter()
     check_limits(time_limit_s, work_limit)
     model_spec, system_spec = as_model(model), as_system(system)
@@ -110,6 +126,8 @@ def min_hardware(
         "max_interleave": max_interleave,
         "max_cp": max_cp,
     }
+    if max_days is not None and not job.train_tokens:
+        raise InputError("--max-days needs --train-tokens (the budget to train by then)")
     if bandwidth_range_gbps is not None:
         check_bandwidth_range(*bandwidth_range_gbps)
     query = QUERIES[quantity](
@@ -124,6 +142,8 @@ def min_hardware(
         Budget.of(work_limit, time_limit_s),
         max_gpus,
         bandwidth_range_gbps,
+        max_days,
+        min_goodput,
     )
     found = query.run()
     return MinHardwareResult(
@@ -135,9 +155,5 @@ def min_hardware(
         wall_time_s=time.perf_counter() - started,
         work_units=query.budget.spent_units,
         stopped_by=query.budget.exhausted(),
-        goal=target.describe() if _has_goal(target) else "fits",
+        goal=query.goal(),
     )
-
-
-def _has_goal(target: PerformanceTarget) -> bool:
-    return target.max_step_s is not None or target.min_mfu is not None

@@ -368,7 +368,8 @@ def _report(solved: PartsSolved, wall: float, space_s: float, space: SearchSpace
 
 def _estimate(ctx: CostContext, strategy: Strategy, system: SystemSpec) -> Estimate:
     terms = evaluate_terms(ctx, Knobs.from_strategy(strategy))
-    return build_estimate(ctx, terms, strategy.gpus, strategy_warnings(system, strategy, ctx.stack))
+    warnings = strategy_warnings(system, strategy, ctx.stack)
+    return build_estimate(ctx, terms, strategy.gpus, warnings, strategy)
 
 
 def _differences(best: Strategy, other: Strategy) -> list[str]:

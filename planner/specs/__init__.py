@@ -1,6 +1,7 @@
 """Immutable input specifications: model, hardware system, training job, execution strategy.
 
-One module each (model, system, job with its stack profile, strategy; base holds the common
+One module each (model, system, job with its stack profile, strategy, reliability: failure
+rates, checkpoint storage and restart costs; base holds the common
 base class), with the ranges every number must lie in (limits), the named quantities and
 defaults (quantities) and the what-if hardware overrides (hardware). This package exports the
 spec classes, so ``from planner.specs import JobSpec`` is the import to use.
@@ -16,6 +17,12 @@ for the transformer quantities; Megatron-LM for the constraints between strategy
 from planner.specs.base import Spec
 from planner.specs.job import DEFAULT_STACK, AttentionKernel, GradDtype, JobSpec, StackProfile
 from planner.specs.model import MODEL_NAMING_FIELDS, FfnKind, ModelSpec
+from planner.specs.reliability import (
+    DEFAULT_RELIABILITY,
+    CheckpointMode,
+    IntervalFormula,
+    ReliabilityProfile,
+)
 from planner.specs.strategy import (
     OFFLOAD_KINDS,
     PLACEMENT_CODES,
@@ -38,6 +45,7 @@ from planner.specs.system import (
 )
 
 __all__ = [
+    "DEFAULT_RELIABILITY",
     "DEFAULT_STACK",
     "MODEL_NAMING_FIELDS",
     "OFFLOAD_KINDS",
@@ -46,8 +54,10 @@ __all__ = [
     "AcceleratorSpec",
     "AttentionKernel",
     "AttentionKernelPoint",
+    "CheckpointMode",
     "FfnKind",
     "GradDtype",
+    "IntervalFormula",
     "JobSpec",
     "MatmulEfficiencyPoint",
     "MemoryTierSpec",
@@ -56,6 +66,7 @@ __all__ = [
     "Placement",
     "Precision",
     "Recompute",
+    "ReliabilityProfile",
     "Spec",
     "StackProfile",
     "Strategy",

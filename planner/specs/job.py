@@ -10,6 +10,7 @@ from pydantic import Field
 from planner.specs import limits as lim
 from planner.specs.base import Spec
 from planner.specs.model import ModelSpec
+from planner.specs.reliability import CheckpointMode, IntervalFormula
 from planner.specs.system import Precision
 
 AttentionKernel = Literal["flash", "materialized"]
@@ -106,7 +107,9 @@ class JobSpec(Spec):
     (modern stacks). ``grad_dtype`` is the precision gradients are accumulated and reduced in,
     and ``hbm_reserve_gib`` the HBM kept for the CUDA context, communication buffers and
     allocator fragmentation; ``hbm_usable_fraction`` caps the estimate's share of HBM. Unset,
-    all three are the stack's.
+    all three are the stack's. ``reliability``, ``checkpoint_mode``, ``checkpoint_interval`` and
+    ``failures`` set what the goodput of a plan with ``train_tokens`` assumes
+    (planner/cost/goodput.py).
     """
 
     global_batch: int = Field(gt=0, le=lim.MAX_GLOBAL_BATCH)
@@ -123,6 +126,15 @@ class JobSpec(Spec):
     """Mixture-of-experts load imbalance: tokens the busiest expert-parallel rank receives over
     the mean (1: perfectly balanced routing). It scales the routed experts' compute and the
     token all-to-all of every plan with ep > 1; a stated factor, not a prediction."""
+    reliability: str | None = Field(default=None, min_length=1, max_length=4096)
+    """The reliability profile (a catalog name or a file) instead of the system's."""
+    checkpoint_mode: CheckpointMode | None = None
+    """sync, async or in-memory checkpoints (planner.specs.reliability); None: the profile's."""
+    checkpoint_interval: IntervalFormula = "daly"
+    """The optimal checkpoint interval's formula: daly (Daly 2006) or young (Young 1974)."""
+    failures: bool = True
+    """False: no failures and no planned interruptions (the failure-free numbers; checkpoints
+    are still sized)."""
 
     def seq_len_for(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len

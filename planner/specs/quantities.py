@@ -13,6 +13,7 @@ QUANTITIES: dict[str, str] = {
     "offload-bandwidth": "GB/s",
     "scale-out-bandwidth": "GB/s",
     "cost": "USD",
+    "checkpoint-bandwidth": "GB/s",
 }
 
 SWEEP_BACKENDS = ("local", "ray")
@@ -26,6 +27,7 @@ PLOT_KINDS = (
     "memory",
     "offload-bandwidth",
     "least-hardware",
+    "goodput-vs-gpus",
 )
 """What ``planner plot --kind`` draws (planner.studies.plots.KINDS)."""
 

@@ -3,13 +3,16 @@ the memory tiers (HBM first, then offload tiers) and the network tiers (scale-up
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from planner.specs import limits as lim
 from planner.specs.base import Spec
+from planner.specs.reliability import ReliabilityProfile
 
+ProfileName = Annotated[str, Field(min_length=1, max_length=4096)]
+"""A catalog name or a spec file's path."""
 Precision = Literal["bf16", "fp8"]
 """The number formats of the accelerator's peaks (AcceleratorSpec.peak_tflops) that a job can
 train in (JobSpec.precision)."""
@@ -166,6 +169,11 @@ class SystemSpec(Spec):
     tp_across_domain: bool = False
     calculon: CalculonTables | None = None
     """Calculon's system-file tables, for the Calculon arithmetic (None: this system has none)."""
+    reliability: ProfileName | ReliabilityProfile | None = None
+    """Failure rates, checkpoint storage and restart costs of the cluster (planner.specs.
+    reliability): a catalog name (``planner catalog reliability``), a profile file, or the
+    profile inline; None: the default profile (h100-llama3, H100-era rates calibrated on
+    Meta's Llama 3 405B run)."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
 

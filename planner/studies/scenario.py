@@ -78,6 +78,7 @@ def _solve_scenario(
             step_time_s=estimate.step_time_s, mfu=estimate.mfu, tokens_per_s=estimate.tokens_per_s
         )
         row.update({f"time_{k}_s": v for k, v in estimate.breakdown_s.items()})
+        row.update(_training_columns(estimate))
         for tier, items in estimate.memory_gib.items():
             row[f"memory_{tier}_gib"] = items["total"]
             row[f"memory_{tier}_capacity_gib"] = items["capacity"]
@@ -87,3 +88,25 @@ def _solve_scenario(
     if diagnosis is not None:
         row["conflict"] = "; ".join(c.label for c in diagnosis.conflicts)
     return row
+
+
+def _training_columns(estimate) -> dict[str, Any]:
+    """With a token budget: days and GPU-hours to train it, ideal and with failures, and the
+    goodput with what sets it (failures per day, checkpoint, interval, restart)."""
+    training, goodput = estimate.training, estimate.goodput
+    if training is None:
+        return {}
+    columns: dict[str, Any] = {"days": training.days, "gpu_hours": training.gpu_hours}
+    if goodput is not None:
+        columns.update(
+            goodput=goodput.goodput,
+            effective_days=goodput.effective_days,
+            effective_gpu_hours=goodput.gpu_hours,
+            failures_per_day=goodput.failures_per_day,
+            job_mtbf_h=goodput.job_mtbf_h,
+            checkpoint_gib=goodput.checkpoint_gib_total,
+            checkpoint_stall_s=goodput.checkpoint_stall_s,
+            checkpoint_interval_s=goodput.interval_s,
+            restart_s=goodput.restart_s,
+        )
+    return columns

@@ -146,5 +146,3 @@ def _run_locally(study: Study, todo: list[dict[str, Any]], jobs: int) -> Rows:
             yield future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-

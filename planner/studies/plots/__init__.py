@@ -8,8 +8,9 @@ Kinds: ``mfu-vs-gpus`` (a panel per model, a line per variant, optional MFU refe
 offload tiers' stacked per row, HBM capacity marked), ``offload-bandwidth`` (speed relative to
 unlimited offload bandwidth — or the study's highest — against bandwidth, a line per model),
 ``least-hardware`` (the least hardware — HBM, offload capacity, GPUs, a bandwidth — meeting a
-min-hardware study's goal, against model size, with GiB reference lines). ``bars`` builds the
-two bar charts.
+min-hardware study's goal, against model size, with GiB reference lines), ``goodput-vs-gpus``
+(per model, the goodput and the days to train without and with failures against GPU count: where
+adding GPUs stops paying; the study needs ``train_tokens``). ``bars`` builds the two bar charts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.specs.quantities import PLOT_KINDS
 from planner.studies.plots import bars, charts
+from planner.studies.plots.goodput import goodput_vs_gpus
 from planner.studies.rows import read_rows_counted, read_study
 from planner.studies.study import Study, scenarios
 
@@ -97,7 +99,11 @@ def _build(
         return charts.offload_bandwidth(rows, study, gbps_lines, mfu_lines)
     if kind == "least-hardware":
         return charts.least_hardware(rows, study, gib_lines)
-    return {"breakdown": bars.breakdown, "memory": bars.memory}[kind](rows, study)
+    return {
+        "breakdown": bars.breakdown,
+        "memory": bars.memory,
+        "goodput-vs-gpus": goodput_vs_gpus,
+    }[kind](rows, study)
 
 
 def check_target(target: Path) -> str:

@@ -57,7 +57,20 @@ series (lines or stacked segments, one legend entry each). Past these a figure i
 (and its fonts shrink until FreeType refuses them), so a larger study is refused, saying which
 limit it passes, rather than drawn for minutes."""
 
-NUMBER_KEYS = frozenset({"gpus", "global_batch", "mfu", "tokens_per_s", "minimum", *HARDWARE_AXES})
+NUMBER_KEYS = frozenset(
+    {
+        "gpus",
+        "global_batch",
+        "mfu",
+        "tokens_per_s",
+        "minimum",
+        "goodput",
+        "failures_per_day",
+        "days",
+        "effective_days",
+        *HARDWARE_AXES,
+    }
+)
 NUMBER_SUFFIXES = ("_s", "_gib", "_gbps")
 """Row keys whose values a chart reads as numbers (times, memory, bandwidths, the scenario's
 counts); every other key is shown as text."""
