@@ -69,12 +69,12 @@ ASSUMPTIONS = (
         "stack's share of the GEMM curve (1 → 0.825, fitted)", stack_fields=("gemm_efficiency",)
     ),
     Assumption(
-        "attention (matmul curve → cuDNN fused kernel as measured × 0.842)",
+        "attention (matmul curve → cuDNN fused kernel as measured × 0.779)",
         system_fields=("accelerator.attention_kernels",),
         stack_fields=("attention_kernel", "attention_efficiency"),
     ),
     Assumption(
-        "TP overlap (perfect → 57 % of hidden time still exposed)",
+        "TP overlap (perfect → 54 % of hidden time still exposed)",
         stack_fields=("tp_overlap_contention",),
     ),
     Assumption(
