@@ -295,15 +295,11 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _mode_and_formula(
-    ctx: CostContext, profile: ReliabilityProfile, mode: CheckpointMode | None
+def checkpoint_mode(
+    ctx: CostContext, profile: ReliabilityProfile, mode: CheckpointMode | None = None
 ) -> CheckpointMode:
+    """The checkpoint mode in force: ``mode`` if given, else the job's, else the profile's."""
     return mode or ctx.job.checkpoint_mode or profile.checkpoint_mode
-
-
-def _mtbf_s(profile: ReliabilityProfile, gpus: int, gpus_per_node: int) -> float:
-    per_hour = sum(failure_rates_per_hour(profile.failures, gpus, gpus_per_node).values())
-    return math.inf if per_hour == 0 else SECONDS_PER_HOUR / per_hour
 
 
 def estimate_goodput(
@@ -321,7 +317,7 @@ def estimate_goodput(
     job.checkpoint_mode else the profile's, job.checkpoint_interval); ``train_tokens``
     (default: the job's) adds the effective time to train and GPU-hours."""
     profile = profile or ctx.reliability
-    mode = _mode_and_formula(ctx, profile, mode)
+    mode = checkpoint_mode(ctx, profile, mode)
     formula = formula or ctx.job.checkpoint_interval
     storage, gpn = profile.storage, ctx.system.gpus_per_node
     gpus = strategy.gpus
@@ -329,7 +325,7 @@ def estimate_goodput(
 
     by_kind = failure_rates_per_hour(profile.failures, gpus, gpn)
     per_hour = sum(by_kind.values())
-    mtbf_s = _mtbf_s(profile, gpus, gpn)
+    mtbf_s = math.inf if per_hour == 0 else SECONDS_PER_HOUR / per_hour
 
     total_bytes = checkpoint_bytes_total(ctx)
     weights, optimizer = state_bytes_per_gpu(ctx, strategy)

@@ -43,16 +43,17 @@ from planner.cost.context import CostContext
 from planner.cost.goodput import (
     GB,
     SECONDS_PER_DAY,
+    SECONDS_PER_HOUR,
     GoodputEstimate,
-    _mtbf_s,
     checkpoint_bytes_total,
+    checkpoint_mode,
     estimate_goodput,
     host_link_gbps,
     peer_gbps,
     transfer_s,
 )
 from planner.specs import CheckpointMode, ReliabilityProfile, Strategy
-from planner.specs.reliability import job_nodes
+from planner.specs.reliability import job_mtbf_h, job_nodes
 
 BANDWIDTH_TOLERANCE = 1e-3
 """Relative width at which the least-bandwidth bisection stops."""
@@ -69,9 +70,9 @@ def goodput_upper_bound(
     """g⁺(N): no strategy on ``gpus`` GPUs has a higher (first-order) goodput (module
     docstring). 1 for a job without failures or planned interruptions."""
     profile = profile or ctx.reliability
-    mode = mode or ctx.job.checkpoint_mode or profile.checkpoint_mode
+    mode = checkpoint_mode(ctx, profile, mode)
     storage, gpn = profile.storage, ctx.system.gpus_per_node
-    mtbf = _mtbf_s(profile, gpus, gpn)
+    mtbf = job_mtbf_h(profile.failures, gpus, gpn) * SECONDS_PER_HOUR
     nodes = job_nodes(gpus, gpn)
     unique = checkpoint_bytes_total(ctx)
     durable = transfer_s(
