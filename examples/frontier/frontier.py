@@ -36,10 +36,12 @@ paper's strong-scaling efficiency). The abstract gives the efficiencies, not the
 the batch: assumed here are the weak-scaling range (128 -> 1,024 and 1,024 -> 3,072 GCDs) at the
 base run's global batch (175B: 1,280) or the end point's (1T: 3,072, since DP 6 must divide it)."""
 
-MDS_2023 = {"max_cp": 1, "max_interleave": 1, "pins": {"zero_stage": 1}}
-"""What Megatron-DeepSpeed offered the paper in 2023 (assumed from its code, not a source read
-here): no context parallelism, DeepSpeed's pipeline engine without interleaving, and ZeRO 0-1
-only when pipelined (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism)."""
+MDS_2023 = {"max_cp": 1, "max_interleave": 1, "pins": {"zero_stage": 1, "dp_overlap": 0}}
+"""What Megatron-DeepSpeed offered the paper in 2023: no context parallelism and no interleaving
+(DeepSpeed's pipeline engine; assumed from that code), and, whenever pipelined, ZeRO 0-1 with the
+gradient all-reduce after the pipeline schedule: deepspeedai/DeepSpeed@03f6f75
+deepspeed/runtime/pipe/engine.py asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+parallelism" and disables the all-reduce in backward ("We schedule the all-reduces")."""
 
 
 def _runs() -> dict:
