@@ -52,7 +52,7 @@ def test_the_runs_are_the_scripts_configurations() -> None:
         assert run.measured_step_time_s == pytest.approx(step, rel=1e-3), run.id
 
 
-@pytest.mark.parametrize("command", ["runs", "scaling", "optimum"])
+@pytest.mark.parametrize("command", ["runs", "scaling", "optimum", "loo"])
 def test_each_command_prints_what_the_readme_shows(command: str) -> None:
     out = subprocess.run(
         [sys.executable, str(EXAMPLE / "frontier.py"), command],

@@ -3,6 +3,7 @@
     python examples/frontier/frontier.py runs     # published configurations: measured vs predicted
     python examples/frontier/frontier.py scaling  # weak and strong scaling efficiencies
     python examples/frontier/frontier.py optimum  # planner's own optimum for the same jobs, and why
+    python examples/frontier/frontier.py loo      # the calibrated constant, left out model by model
 
 The runs, their configurations and what was assumed are in
 hardware_catalog/calibration/seed_runs.yaml (`planner validate --dataset` reads the same file);
@@ -14,8 +15,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import hardware_catalog
 from planner import JobSpec, Strategy, evaluate, plan
-from planner.accuracy.validation import load_dataset
+from planner.accuracy.calibration import apply_params, fit
+from planner.accuracy.validation import load_dataset, predict_step_s
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "hardware_catalog" / "calibration" / "seed_runs.yaml"
@@ -147,8 +150,28 @@ def optimum() -> None:
             )
 
 
+def loo() -> None:
+    """The stack's one calibrated constant (gemm_efficiency), fitted from its prior 1.0 on all
+    runs and on all but one model's runs, that model's runs predicted by the latter fit."""
+    stack = hardware_catalog.load_stack("megatron-deepspeed-rocm")
+    prior = stack.model_copy(update={"gemm_efficiency": 1.0})
+    all_runs = list(_runs().values())
+    params, _ = fit(all_runs, prior, free=["gemm_efficiency"])
+    print(f"fitted on all {len(all_runs)} runs: gemm_efficiency {params['gemm_efficiency']:.3f}")
+    for key in MODEL_FILES:
+        left_out = [run for run in all_runs if _model_key(run.id) == key]
+        kept = [run for run in all_runs if _model_key(run.id) != key]
+        params, _ = fit(kept, prior, free=["gemm_efficiency"])
+        fitted = apply_params(prior, params)
+        errors = ", ".join(
+            f"{run.id} {predict_step_s(run, fitted) / run.measured_step_time_s - 1:+.1%}"
+            for run in left_out
+        )
+        print(f"  {key:5} left out: fit {params['gemm_efficiency']:.3f} on the others; {errors}")
+
+
 if __name__ == "__main__":
-    commands = {"runs": runs, "scaling": scaling, "optimum": optimum}
+    commands = {"runs": runs, "scaling": scaling, "optimum": optimum, "loo": loo}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
         sys.exit(f"usage: python {sys.argv[0]} {{{'|'.join(commands)}}}")
     commands[sys.argv[1]]()
