@@ -400,8 +400,10 @@ class TableBuilder:
     def pp_message(self) -> PerBlock:
         """One stage-to-stage message per micro-batch; its tier follows the pipeline's span
         (step.group_spans: t·c·p·d, the fixed GPU count, in the default rank order), a table
-        over pp and dp when the GPU count is free or the placement is searched."""
-        if not self.free_gpus and not self.placement_axes:
+        over pp and dp when the GPU count is free or the placement is searched or fixed at
+        TP, PP, DP (the axonn stack's)."""
+        default_order = self.variables.domains["placement"] == (0,)
+        if not self.free_gpus and default_order:
             gpus = self.variables.space.gpus
             return self.per_block(
                 "pp_message",

@@ -389,3 +389,26 @@ def test_megatron_stacks_keep_megatrons_form() -> None:
     assert any("runs Megatron's 1D tensor parallelism" in p for p in problems), problems
     result = plan(model, system, job, 8, pins={"tp_depth": 8}, diagnose=False, **AXONN_CAPS)
     assert result.status == "infeasible"
+
+
+@pytest.mark.parametrize(
+    "pins",
+    [{"tp_column": 2}, {"tp_column": 2, "tp_depth": 2}, {"tp_column": 4}, {"tp_depth": 4}],
+    ids=["X2", "X2-Z2", "X4", "Z4"],
+)
+@pytest.mark.parametrize("recompute", [None, "full"])
+def test_pinned_grids_match_the_raw_oracle(pins: dict[str, int], recompute: str | None) -> None:
+    """The grids the random problems rarely choose (a column group, deep depth groups), pinned:
+    the solver's tables over X and Z give the raw product's optimum under the same pins, with
+    and without full recompute (the recompute-forward collectives and gathers)."""
+    model, system, job = _axonn_problem(2, 8, 16, 5)
+    pins = dict(pins)
+    if recompute:
+        pins["recompute"] = 2
+    ctx = CostContext(model, system, job)
+    expected = enumerate_strategies(ctx, raw_space(model, system, job, 8, pins, **AXONN_CAPS))
+    result = plan(model, system, job, 8, pins, **AXONN_CAPS)
+    assert result.status == "optimal" and expected
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+    for knob in ("tp_column", "tp_depth"):
+        assert getattr(result.strategy, knob) == pins.get(knob, getattr(result.strategy, knob))

@@ -209,6 +209,8 @@ def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) 
     if ctx.stack.tp_form == "axonn":  # rules.axonn_violations
         ok &= k["zero_stage"] <= 1
         ok &= k["sequence_parallel"] == 0
+        ok &= (k["offload_weights"] == 0) & (k["offload_activations"] == 0)
+        ok &= k["offload_optimizer"] == 0
     offloaded = (k["offload_weights"] > 0) | (k["offload_activations"] > 0)
     offloaded |= k["offload_optimizer"] > 0
     ok &= (r == 0) | ((k["recompute"] == 0) & (k["zero_stage"] < 3) & ~offloaded & (r % v == 0))

@@ -205,8 +205,8 @@ def axonn_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:
     (in_features % X), Y = tp/(X·Z) the heads, the KV heads and the FFN (out_features % Y),
     Z each layer's flattened block and the micro-batch. Megatron-AxoNN itself (an ``axonn``
     stack, any grid) has AxoNN's rank order (column, row, depth, pipeline, data: placement
-    tp-pp-dp, so no CP), no sequence parallelism (AxoNN's layers replace Megatron's) and
-    Megatron's distributed optimizer at most (zero_stage ≤ 1)."""
+    tp-pp-dp, so no CP), no sequence parallelism (AxoNN's layers replace Megatron's),
+    Megatron's distributed optimizer at most (zero_stage ≤ 1) and no offloading."""
     import hardware_catalog
 
     axonn = hardware_catalog.load_stack(job.stack).tp_form == "axonn"
@@ -233,6 +233,9 @@ def axonn_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:
                 f"zero_stage = {s.zero_stage}: Megatron-AxoNN shards the optimizer at most "
                 "(Megatron's distributed optimizer); allowed: 0, 1"
             )
+        for kind in OFFLOAD_KINDS:
+            if getattr(s, f"offload_{kind}"):
+                problems.append(f"offload_{kind}: Megatron-AxoNN has no offloading; allowed: 0")
     return problems
 
 

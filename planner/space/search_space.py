@@ -358,6 +358,8 @@ def build_search_space(
         domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
         domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
         domains["sequence_parallel"] = (0,)
+        for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
+            domains[knob] = (0,)
     if calculon:  # Calculon's space (rules.calculon_violations): the rules as domains
         domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
         domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
