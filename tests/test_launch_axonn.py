@@ -155,3 +155,37 @@ def test_plan_emit_axonn_reads_back_as_the_plan(
     back = _json(capsys, ["evaluate", "--from", "axonn", str(path), "--system", SYSTEM])
     assert back["strategy"] == plan_json["strategy"]
     assert back["estimate"]["step_time_s"] == plan_json["estimate"]["step_time_s"]
+
+
+def test_plan_emit_axonn_needs_the_axonn_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", *PROBLEM[:-4], "--emit", "axonn"]
+    assert main(argv) == BAD
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--stack axonn" in err
+
+
+def test_min_hardware_floor_covers_the_grid() -> None:
+    """gpu_seconds_floor is a lower bound over AxoNN's grid too (the grid's norms on h/X of
+    s·b/Z tokens can be faster than Megatron's replicated ones)."""
+    from planner.cost.context import CostContext
+    from planner.queries.gpu_count import gpu_seconds_floor
+    from planner.space.search_space import build_search_space
+
+    model, system = as_model("gpt3-13b"), as_system(SYSTEM)
+    job = JobSpec(global_batch=64, stack="axonn")
+    ctx = CostContext(model, system, job)
+    space = build_search_space(model, system, job, 256)
+    floor = gpu_seconds_floor(ctx, space)
+    strategy = Strategy(
+        tp=8,
+        tp_depth=2,
+        pp=8,
+        dp=4,
+        micro_batch=2,
+        interleave=5,
+        zero_stage=1,
+        tp_overlap=True,
+        dp_overlap=False,
+        placement="tp-pp-dp",
+    )
+    assert floor <= 256 * evaluate(model, system, job, strategy).step_time_s

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import shlex
 
+from hardware_catalog import load_stack
+from planner.errors import InputError
 from planner.launch import megatron, shell
 from planner.launch.common import LaunchConfig, Parsed, Restriction
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
@@ -54,7 +56,13 @@ MISSING_HINT = megatron.MISSING_HINT
 
 def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restriction:
     """What Megatron-AxoNN runs of planner's space: no weight, activation or optimizer
-    offloading (the axonn stack's rules already fix its rank order, ZeRO ≤ 1, no SP)."""
+    offloading (the axonn stack's rules already fix its rank order, ZeRO ≤ 1, no SP); a job
+    under another stack is refused (its plan would not be Megatron-AxoNN's)."""
+    if load_stack(job.stack).tp_form != "axonn":
+        raise InputError(
+            f"--emit axonn: stack {job.stack!r} does not run AxoNN's tensor parallelism; "
+            "plan for Megatron-AxoNN with --stack axonn"
+        )
     return Restriction().pinned(
         {"offload_weights": 0, "offload_activations": 0, "offload_optimizer": 0},
         "no offloading (Megatron-AxoNN has none)",
