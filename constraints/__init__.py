@@ -12,6 +12,7 @@ from constraints.memory import MemoryNeeds, add_memory_fit
 from constraints.objective import StepVariables, add_step_time
 from constraints.scales import time_scale
 from constraints.structure import (
+    add_axonn,
     add_batch,
     add_calculon,
     add_canonical,
@@ -143,6 +144,7 @@ def build_plan_model(
     if ctx.calculon:
         add_calculon(variables, ctx.model, ctx.seq_len)
     add_experts(variables, ctx.model)
+    add_axonn(variables, ctx.model, ctx.stack.tp_form == "axonn")
     add_partial_recompute(variables)
     add_rank_order(variables)
     add_pins(variables)

@@ -53,14 +53,26 @@ def make_grid(variables: Variables, knobs: tuple[str, ...], reserve: bool = True
     return Grid(knobs=knobs, arrays=arrays)
 
 
-BLOCK_TIME_KNOBS = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel", "ep")
+AXONN_KNOBS = ("tp_column", "tp_depth")
+"""AxoNN's grid knobs (X, Z; a single value, 1, unless the stack runs AxoNN's TP): tables
+over them drop the axis where it does not vary (Variables.table)."""
+
+BLOCK_TIME_KNOBS = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel", *AXONN_KNOBS, "ep")
 """The knobs compute.block_times depends on (ep last)."""
 
 
 def grid_block_times(ctx: CostContext, g: Grid):
     """compute.block_times over a grid holding BLOCK_TIME_KNOBS."""
     return block_times(
-        ctx, g["tp"], g["micro_batch"], g["recompute"], g["sequence_parallel"], g["cp"], g["ep"]
+        ctx,
+        g["tp"],
+        g["micro_batch"],
+        g["recompute"],
+        g["sequence_parallel"],
+        g["cp"],
+        g["ep"],
+        g["tp_column"],
+        g["tp_depth"],
     )
 
 

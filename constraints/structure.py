@@ -24,7 +24,7 @@ import math
 from ortools.sat.python import cp_model
 
 from constraints.variables import GPU_FACTORS, LOG_SCALE, Variables, prime_exponent, prime_factors
-from planner.space.rules import MIN_OFFLOAD_BLOCKS, cp_allowed
+from planner.space.rules import MIN_OFFLOAD_BLOCKS, axonn_grid_allowed, cp_allowed
 from planner.space.search_space import FRACTION_PINS, pinned_values
 from planner.specs import JobSpec, ModelSpec, SystemSpec
 from planner.specs.quantities import OFFLOAD_STEPS
@@ -184,15 +184,25 @@ def add_rank_order(variables: Variables) -> None:
 
 
 def add_placement(variables: Variables, system: SystemSpec) -> None:
+    """TP inside one scale-up domain; on AxoNN's grid the column·row groups, tp/Z (its depth
+    group shards the weights like ZeRO-3 and may span domains; planner.space.oracle states the
+    same cap)."""
     if system.tp_across_domain or len(system.network_tiers) == 1:
         return
     domain = system.network_tiers[0].domain_gpus or 0
     literal = variables.family(
         "placement", f"TP inside one {system.network_tiers[0].name} domain ({domain} GPUs)"
     )
+    depths = variables.domains["tp_depth"]
     for value, chosen in zip(variables.domains["tp"], variables.onehot["tp"], strict=True):
-        if value > domain:
+        if value <= domain:
+            continue
+        if depths == (1,):
             variables.model.AddImplication(literal, chosen.Not())
+            continue
+        for z, z_chosen in zip(depths, variables.onehot["tp_depth"], strict=True):
+            if value // z > domain or value % z:
+                variables.model.AddBoolOr([literal.Not(), chosen.Not(), z_chosen.Not()])
 
 
 def add_calculon(variables: Variables, model: ModelSpec, seq_len: int) -> None:
@@ -220,6 +230,44 @@ def add_calculon(variables: Variables, model: ModelSpec, seq_len: int) -> None:
         for b, mb_chosen in zip(domains["micro_batch"], onehot["micro_batch"], strict=True):
             if (b * seq_len) % t:
                 m.AddBoolOr([literal.Not(), tp_chosen.Not(), mb_chosen.Not()])
+
+
+def add_axonn(variables: Variables, model: ModelSpec, axonn: bool) -> None:
+    """AxoNN's grid (planner.space.rules.axonn_violations): X = tp_column and Z = tp_depth > 1
+    only under a stack that runs it (``axonn``), with X·Z dividing tp and the layer shapes
+    allowing the grid (rules.axonn_grid_allowed), Z dividing the micro-batch; no sequence
+    parallelism on AxoNN's grid or under an axonn stack. One family, so that a pin that breaks
+    it is named; nothing where the domains hold only X = Z = 1 and no SP to forbid."""
+    domains, onehot = variables.domains, variables.onehot
+    sp_on = variables.is_value("sequence_parallel", 1)
+    grid = max(domains["tp_column"]) > 1 or max(domains["tp_depth"]) > 1
+    if not grid and not (axonn and sp_on is not None):
+        return
+    literal = variables.family(
+        "axonn", "AxoNN's grid: X·Z | tp, shapes split over X, Y, Z; Z | micro-batch; no SP"
+    )
+    m = variables.model
+    if axonn and sp_on is not None:  # AxoNN's layers have no sequence parallelism
+        m.AddImplication(literal, sp_on.Not())
+
+    def forbid(*chosen: cp_model.IntVar) -> None:
+        m.AddBoolOr([literal.Not(), *(c.Not() for c in chosen)])
+
+    for x, x_chosen in zip(domains["tp_column"], onehot["tp_column"], strict=True):
+        for z, z_chosen in zip(domains["tp_depth"], onehot["tp_depth"], strict=True):
+            if x * z == 1:
+                continue
+            for t, t_chosen in zip(domains["tp"], onehot["tp"], strict=True):
+                if not axonn or not axonn_grid_allowed(model, t, x, z):
+                    forbid(x_chosen, z_chosen, t_chosen)
+    for knob in ("tp_column", "tp_depth"):
+        for value, chosen in zip(domains[knob], onehot[knob], strict=True):
+            if value > 1 and sp_on is not None:
+                forbid(chosen, sp_on)
+    for z, z_chosen in zip(domains["tp_depth"], onehot["tp_depth"], strict=True):
+        for b, b_chosen in zip(domains["micro_batch"], onehot["micro_batch"], strict=True):
+            if b % z:
+                forbid(z_chosen, b_chosen)
 
 
 def add_pins(variables: Variables) -> None:

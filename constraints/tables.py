@@ -28,6 +28,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from constraints.grid import (
+    AXONN_KNOBS,
     BLOCK_TIME_KNOBS,
     DpCommVariables,
     Grid,
@@ -52,6 +53,7 @@ from planner.cost.memory import (
     StageParams,
     block_activation_bytes,
     block_params_per_rank,
+    gathered_weight_bytes,
     logits_bytes,
     model_state,
     rebuilt_activation_bytes,
@@ -181,7 +183,7 @@ class TableBuilder:
         the comm_exposed knobs). Sequence parallelism only changes the expert traffic's
         overlap window, and an MoE model has it exactly when tp > 1 (planner.space.rules)."""
         sp = g["tp"] > 1 if ctx.model.is_moe else 0
-        if ctx.calculon:  # Calculon's TP collectives differ with sequence parallelism (rs_ag)
+        if self.comm_sp:  # TP collectives or their windows differ with sequence parallelism
             sp = g["sequence_parallel"]
         pieces = block_pieces(
             ctx,
@@ -195,15 +197,25 @@ class TableBuilder:
             g["cp"],
             g["ep"],
             g["expert_tp"],
+            0.0,
+            g["tp_column"],
+            g["tp_depth"],
         )
         return pieces.tp_exposed_s + pieces.cp_exposed_s + pieces.ep_exposed_s
 
-    COMM_KNOBS = ("tp", "cp", "micro_batch", "tp_overlap", "ep", "expert_tp")
+    COMM_KNOBS = ("tp", "cp", "micro_batch", "tp_overlap", *AXONN_KNOBS, "ep", "expert_tp")
+
+    @property
+    def comm_sp(self) -> bool:
+        """Whether the exposed TP traffic depends on sequence parallelism: Calculon's TP
+        collectives differ with it (rs_ag); AxoNN's overlap windows are the block's passes,
+        whose memory-bound part it changes (planner/cost/axonn_comm.py)."""
+        return self.ctx.calculon or self.ctx.stack.tp_form == "axonn"
 
     @property
     def comm_knobs(self) -> tuple[str, ...]:
-        """COMM_KNOBS, and sequence parallelism under Calculon's arithmetic."""
-        return (*self.COMM_KNOBS, "sequence_parallel") if self.ctx.calculon else self.COMM_KNOBS
+        """COMM_KNOBS, and sequence parallelism where the traffic depends on it (comm_sp)."""
+        return (*self.COMM_KNOBS, "sequence_parallel") if self.comm_sp else self.COMM_KNOBS
 
     def comm_exposed(self) -> PerBlock:
         """Exposed TP, CP and expert traffic per block per micro-batch."""
@@ -224,7 +236,15 @@ class TableBuilder:
         def compute(ctx: CostContext, g: Grid) -> np.ndarray:
             def total(code: int) -> np.ndarray:
                 t = block_times(
-                    ctx, g["tp"], g["micro_batch"], code, g["sequence_parallel"], g["cp"], g["ep"]
+                    ctx,
+                    g["tp"],
+                    g["micro_batch"],
+                    code,
+                    g["sequence_parallel"],
+                    g["cp"],
+                    g["ep"],
+                    g["tp_column"],
+                    g["tp_depth"],
                 )
                 return t.forward_s + t.backward_s + t.recompute_s
 
@@ -235,7 +255,9 @@ class TableBuilder:
 
         return (
             self.per_block(
-                "partial_compute", ("tp", "cp", "micro_batch", "sequence_parallel", "ep"), compute
+                "partial_compute",
+                ("tp", "cp", "micro_batch", "sequence_parallel", *AXONN_KNOBS, "ep"),
+                compute,
             ),
             self.per_block("partial_comm", self.comm_knobs, comm, affected=("scale_out_bw",)),
         )
@@ -263,7 +285,13 @@ class TableBuilder:
         def activations(ctx: CostContext, g: Grid, tier: int) -> np.ndarray:
             local_mb = g["micro_batch"] / g["cp"]
             a_block = block_activation_bytes(
-                ctx, g["tp"], local_mb, g["recompute"], g["sequence_parallel"]
+                ctx,
+                g["tp"],
+                local_mb,
+                g["recompute"],
+                g["sequence_parallel"],
+                g["tp_column"],
+                g["tp_depth"],
             )
             return activation_link_s(ctx, g["offload_activations"], a_block, tier)
 
@@ -372,8 +400,10 @@ class TableBuilder:
     def pp_message(self) -> PerBlock:
         """One stage-to-stage message per micro-batch; its tier follows the pipeline's span
         (step.group_spans: t·c·p·d, the fixed GPU count, in the default rank order), a table
-        over pp and dp when the GPU count is free or the placement is searched."""
-        if not self.free_gpus and not self.placement_axes:
+        over pp and dp when the GPU count is free or the placement is searched or fixed at
+        TP, PP, DP (the axonn stack's)."""
+        default_order = self.variables.domains["placement"] == (0,)
+        if not self.free_gpus and default_order:
             gpus = self.variables.space.gpus
             return self.per_block(
                 "pp_message",
@@ -529,10 +559,24 @@ class TableBuilder:
         ctx = self.ctx
         g = make_grid(
             self.variables,
-            ("tp", "cp", "micro_batch", "recompute", "sequence_parallel", "offload_activations"),
+            (
+                "tp",
+                "cp",
+                "micro_batch",
+                "recompute",
+                "sequence_parallel",
+                *AXONN_KNOBS,
+                "offload_activations",
+            ),
         )
         per_block = block_activation_bytes(
-            ctx, g["tp"], g["micro_batch"] / g["cp"], g["recompute"], g["sequence_parallel"]
+            ctx,
+            g["tp"],
+            g["micro_batch"] / g["cp"],
+            g["recompute"],
+            g["sequence_parallel"],
+            g["tp_column"],
+            g["tp_depth"],
         )
         code = g["offload_activations"]
         share = offloaded_share(code)
@@ -542,7 +586,7 @@ class TableBuilder:
             self.memory(f"activations_tier{k}", g, offloaded_share(code, k) * per_block)
             for k in range(1, len(ctx.system.memory_tiers))
         ]
-        r_knobs = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel")
+        r_knobs = ("tp", "cp", "micro_batch", "recompute", "sequence_parallel", *AXONN_KNOBS)
         # Calculon's resident activations depend on their offload (calculon.
         # resident_activation_bytes).
         r_knobs += ("offload_activations",) if ctx.calculon else ()
@@ -557,7 +601,11 @@ class TableBuilder:
                 r["recompute"],
                 r["sequence_parallel"],
                 r["offload_activations"] if ctx.calculon else 0,
-            ),
+                r["tp_column"],
+                r["tp_depth"],
+            )
+            # AxoNN's gathered weight blocks: a per-stage transient like the rebuilt block
+            + gathered_weight_bytes(ctx, r["tp"], r["tp_column"], r["tp_depth"]),
         )
         return stored, working, offloaded, rebuilt
 
@@ -566,11 +614,20 @@ class TableBuilder:
         storing all of theirs, r·(A(none) − A(full)); the block rebuilt during a backward, the
         full-recompute one) for partial recompute."""
         ctx = self.ctx
-        g = make_grid(self.variables, ("tp", "cp", "micro_batch", "sequence_parallel"))
+        knobs = ("tp", "cp", "micro_batch", "sequence_parallel", *AXONN_KNOBS)
+        g = make_grid(self.variables, knobs)
         local_mb = g["micro_batch"] / g["cp"]
 
         def stored(code: int) -> np.ndarray:
-            return block_activation_bytes(ctx, g["tp"], local_mb, code, g["sequence_parallel"])
+            return block_activation_bytes(
+                ctx,
+                g["tp"],
+                local_mb,
+                code,
+                g["sequence_parallel"],
+                g["tp_column"],
+                g["tp_depth"],
+            )
 
         # Rounded down, so that the saving never exceeds the evaluation's.
         full, none = RECOMPUTE_CODES["full"], RECOMPUTE_CODES["none"]
@@ -579,12 +636,19 @@ class TableBuilder:
         saving = self.variables.table(
             "activations_partial_saved", g.knobs, np.minimum(saved_units, self.memory_ceiling)
         )
-        r = make_grid(self.variables, ("tp", "cp", "micro_batch", "sequence_parallel"))
+        r = make_grid(self.variables, knobs)
         rebuilt = self.memory(
             "activations_partial_rebuilt",
             r,
             rebuilt_activation_bytes(
-                ctx, r["tp"], r["micro_batch"] / r["cp"], full, r["sequence_parallel"]
+                ctx,
+                r["tp"],
+                r["micro_batch"] / r["cp"],
+                full,
+                r["sequence_parallel"],
+                0,
+                r["tp_column"],
+                r["tp_depth"],
             ),
         )
         return saving, rebuilt

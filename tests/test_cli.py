@@ -58,6 +58,8 @@ def test_evaluate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     payload = json.loads(out)
     assert payload["strategy"] == {
         "tp": 8,
+        "tp_column": 1,
+        "tp_depth": 1,
         "cp": 1,
         "pp": 16,
         "dp": 8,

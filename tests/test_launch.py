@@ -35,6 +35,9 @@ GPT3_ARGS = HERE / "fixtures" / "launch" / "pretrain_gpt3_175B.args"
 OFFLOAD_SYSTEM = "h100-offload-512g"
 """A system whose tier 1 is host memory, so CPU offloading is expressible."""
 OK, BAD, INFEASIBLE, UNKNOWN = 0, 2, 3, 4
+GENERIC_FORMATS = [fmt for fmt in launch.FORMATS if fmt != "axonn"]
+"""The formats that run a job under any stack; axonn's runs under the axonn stack only (its
+round trips: tests/test_launch_axonn.py)."""
 JOB_FIELDS = ("global_batch", "seq_len", "precision", "grad_dtype", "attention")
 MODELS = {
     "megatron": ["llama3-8b", "gpt3-1.3b"],
@@ -127,7 +130,7 @@ def _check_round_trip(fmt: str, problem: tuple) -> None:
     assert back.unsupported == []
 
 
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_emit_then_read_gives_the_strategy_back(fmt: str) -> None:
     @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
     @given(problems(fmt))
@@ -246,7 +249,7 @@ TOO_BIG = Strategy(tp=8, pp=2, dp=1)
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_from_ok_and_infeasible(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, as_json: bool
 ) -> None:
@@ -293,7 +296,7 @@ def test_model_flag_wins_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_emit_on_evaluate_and_plan(
     capsys: pytest.CaptureFixture[str], fmt: str, as_json: bool
 ) -> None:
@@ -440,7 +443,7 @@ def _toml_text(values: dict[str, str]) -> str:
     return "\n".join(f"[{section}]\n" + "\n".join(lines) for section, lines in by_section.items())
 
 
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_malformed_configurations_fail_cleanly(fmt: str, tmp_path: Path) -> None:
     """Any configuration reads as a result (exit 0/3) or a one-line error (exit 2), never a
     crash."""
@@ -556,7 +559,7 @@ def _check_exact_round_trip(fmt: str, problem: tuple) -> None:
         assert knob not in Strategy.model_fields or knob in NO_EFFECT, (note, strategy.describe())
 
 
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_what_a_format_runs_reads_back_exactly(fmt: str) -> None:
     """Issue 40: every strategy inside a format's restriction (what plan --emit searches)
     reads back to the same step time, memory and strategy."""
@@ -577,7 +580,7 @@ SMALL_PLAN += ["--global-batch", "64"]
 
 
 @pytest.mark.parametrize("problem", [REPRODUCER, SMALL_PLAN], ids=["reproducer", "offload"])
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_plan_emit_reads_back_as_the_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, problem: list[str]
 ) -> None:
@@ -709,7 +712,7 @@ PLAN_MODELS = {
 PLAN_SYSTEMS = [OFFLOAD_SYSTEM, "dgx-a100-80g", "dgx-a100-40g"]
 
 
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_plan_emit_round_trips_on_random_problems(fmt: str) -> None:
     """plan_for on random problems (offload tiers, long sequences for CP, dp = 1, MoE): the
     emitted configuration reads back as the plan's strategy, job and step time exactly."""
@@ -769,7 +772,7 @@ MULTI_NODE = Strategy(tp=8, pp=4, dp=16, recompute="selective", sequence_paralle
 """512 GPUs: 64 nodes of 8 on dgx-h100."""
 
 
-@pytest.mark.parametrize("fmt", list(launch.FORMATS))
+@pytest.mark.parametrize("fmt", GENERIC_FORMATS)
 def test_launch_lines_on_many_nodes_start_every_node(fmt: str) -> None:
     """Issue 37: 512 GPUs is 64 nodes, so the launch is torchrun with --nnodes 64 and a c10d
     rendezvous (the same line on every node) or NeMo-Run's Slurm executor, never one torchrun

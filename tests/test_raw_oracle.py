@@ -295,3 +295,120 @@ def test_canonical_twins_under_calculons_arithmetic(problem) -> None:
     test_every_canonical_twin_is_valid_and_costs_what_its_strategy_costs.hypothesis.inner_test(
         problem
     )
+
+
+@st.composite
+def axonn_problems(draw):
+    """raw_problems under the axonn stack (AxoNN's grid: tp_column and tp_depth searched, the
+    raw oracle enumerating every divisor of the GPU count for each)."""
+    model, system, job, gpus, caps = draw(raw_problems())
+    return model, system, job.model_copy(update={"stack": "axonn"}), gpus, caps
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(axonn_problems())
+def test_plan_proves_the_raw_oracles_optimum_under_axonn(problem) -> None:
+    """60 random problems under the axonn stack: the proven optimum over both TP forms is the
+    fastest strategy of the raw product, whose X and Z range over every divisor."""
+    test_plan_proves_the_raw_oracles_optimum.hypothesis.inner_test(problem)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(axonn_problems(), st.randoms(use_true_random=False))
+def test_the_oracles_rules_are_planner_rules_under_axonn(problem, rng) -> None:
+    test_the_oracles_rules_are_planner_rules.hypothesis.inner_test(problem, rng)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(axonn_problems())
+def test_canonical_twins_under_axonn(problem) -> None:
+    test_every_canonical_twin_is_valid_and_costs_what_its_strategy_costs.hypothesis.inner_test(
+        problem
+    )
+
+
+def _axonn_problem(layers: int, batch: int, hbm_gib: float, ib_gbps: float):
+    """A 1024-wide, 8-head model on 8 GPUs of two 4-GPU NVLink domains, under the axonn stack."""
+    model = ModelSpec(
+        name="axonn-test",
+        hidden=1024,
+        layers=layers,
+        heads=8,
+        ffn_hidden=4096,
+        vocab=1000,
+        seq_len=2048,
+    )
+    system = simple_system(
+        memory_tiers=[dict(name="HBM", capacity_gib=hbm_gib, bandwidth_gbps=2000)],
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=4, bandwidth_gbps=300, latency_us=2, efficiency=0.8),
+            dict(name="ib", bandwidth_gbps=ib_gbps, latency_us=5),
+        ],
+    )
+    return model, system, JobSpec(global_batch=batch, hbm_reserve_gib=0.01, stack="axonn")
+
+
+AXONN_CAPS = dict(max_micro_batch=8, max_interleave=2, max_cp=1, offload_step=8)
+
+
+@pytest.mark.parametrize(
+    ("layers", "batch", "hbm_gib", "ib_gbps", "grid_wins"),
+    [
+        (2, 8, 16, 5, True),  # X1·Y4·Z2: rows inside a node, depth across (see the README)
+        (2, 8, 16, 50, True),  # X1·Y1·Z8
+        (4, 32, 1, 50, False),  # Megatron's form: tp 1, dp 8
+    ],
+)
+def test_plan_over_both_tp_forms_matches_the_raw_oracle(
+    layers: int, batch: int, hbm_gib: float, ib_gbps: float, grid_wins: bool
+) -> None:
+    """Under the axonn stack the optimum over both TP forms is the raw product's (X and Z over
+    every divisor of 8), where AxoNN's grid wins and where Megatron's form does; plan says
+    which form won, and where the grid did, the best Megatron plan is slower."""
+    model, system, job = _axonn_problem(layers, batch, hbm_gib, ib_gbps)
+    ctx = CostContext(model, system, job)
+    expected = enumerate_strategies(ctx, raw_space(model, system, job, 8, **AXONN_CAPS))
+    result = plan(model, system, job, 8, **AXONN_CAPS)
+    assert result.status == "optimal"
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+    assert result.strategy.axonn_grid == grid_wins == expected[0].strategy.axonn_grid
+    forms = result.tp_forms
+    assert forms is not None and forms.winner == ("axonn-3d" if grid_wins else "megatron-1d")
+    if grid_wins:
+        assert forms.megatron_step_time_s > result.estimate.step_time_s
+        assert not forms.megatron_strategy.axonn_grid
+
+
+def test_megatron_stacks_keep_megatrons_form() -> None:
+    """A grid needs an axonn stack: evaluate names the rule, and plan with the grid pinned
+    finds nothing under megatron-core."""
+    model, system, job = _axonn_problem(2, 8, 16, 50)
+    job = job.model_copy(update={"stack": "megatron-core"})
+    strategy = Strategy(tp=8, tp_depth=8, micro_batch=8, placement="tp-pp-dp")
+    problems = strategy_violations(model, system, job, strategy, 8)
+    assert any("runs Megatron's 1D tensor parallelism" in p for p in problems), problems
+    result = plan(model, system, job, 8, pins={"tp_depth": 8}, diagnose=False, **AXONN_CAPS)
+    assert result.status == "infeasible"
+
+
+@pytest.mark.parametrize(
+    "pins",
+    [{"tp_column": 2}, {"tp_column": 2, "tp_depth": 2}, {"tp_column": 4}, {"tp_depth": 4}],
+    ids=["X2", "X2-Z2", "X4", "Z4"],
+)
+@pytest.mark.parametrize("recompute", [None, "full"])
+def test_pinned_grids_match_the_raw_oracle(pins: dict[str, int], recompute: str | None) -> None:
+    """The grids the random problems rarely choose (a column group, deep depth groups), pinned:
+    the solver's tables over X and Z give the raw product's optimum under the same pins, with
+    and without full recompute (the recompute-forward collectives and gathers)."""
+    model, system, job = _axonn_problem(2, 8, 16, 5)
+    pins = dict(pins)
+    if recompute:
+        pins["recompute"] = 2
+    ctx = CostContext(model, system, job)
+    expected = enumerate_strategies(ctx, raw_space(model, system, job, 8, pins, **AXONN_CAPS))
+    result = plan(model, system, job, 8, pins, **AXONN_CAPS)
+    assert result.status == "optimal" and expected
+    assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
+    for knob in ("tp_column", "tp_depth"):
+        assert getattr(result.strategy, knob) == pins.get(knob, getattr(result.strategy, knob))

@@ -283,6 +283,18 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
 def add_strategy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=gpu_count, default=1, help="tensor parallel size")
     parser.add_argument(
+        "--tp-column",
+        type=gpu_count,
+        default=1,
+        help="AxoNN's column group X (input features split; --stack axonn): row Y = tp / (X·Z)",
+    )
+    parser.add_argument(
+        "--tp-depth",
+        type=gpu_count,
+        default=1,
+        help="AxoNN's depth group Z (weights sharded, micro-batch split; --stack axonn)",
+    )
+    parser.add_argument(
         "--cp", type=gpu_count, default=1, help="context parallel size (sequence split)"
     )
     parser.add_argument(
@@ -431,6 +443,8 @@ def strategy_from(args: argparse.Namespace) -> Strategy:
             dp = args.gpus // (args.tp * args.cp * args.pp)
     return Strategy(
         tp=args.tp,
+        tp_column=args.tp_column,
+        tp_depth=args.tp_depth,
         cp=args.cp,
         pp=args.pp,
         dp=dp,

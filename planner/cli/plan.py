@@ -147,6 +147,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "estimate": result.estimate.model_dump(mode="json") if result.estimate else None,
             "solver": result.solver.model_dump(mode="json") if result.solver else None,
         }
+        if result.tp_forms is not None:
+            payload["tp_forms"] = result.tp_forms.model_dump(mode="json")
         if args.top > 1:
             payload["alternatives"] = [a.model_dump(mode="json") for a in result.alternatives]
         if result.status == "infeasible":

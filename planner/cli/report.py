@@ -16,6 +16,7 @@ from planner.cli.layout import print_table
 from planner.specs import ModelSpec, Strategy, SystemSpec
 
 if TYPE_CHECKING:
+    from planner.cost.axonn_comm import TensorParallelReport
     from planner.cost.estimate import Estimate
     from planner.cost.goodput import GoodputEstimate
     from planner.launch import LaunchConfig
@@ -47,7 +48,29 @@ def strategy_table(strategy: Strategy) -> Table:
     table.add_column("knob")
     table.add_column("value", justify="right", no_wrap=True)
     for name, value in strategy.model_dump().items():
+        if name in ("tp_column", "tp_depth") and not strategy.axonn_grid:
+            continue  # Megatron's form: the tensor-parallel table (if any) shows the grid
         table.add_row(name, str(value))
+    return table
+
+
+TP_FORMS = {"axonn-3d": "AxoNN 3D grid", "megatron-1d": "Megatron 1D (AxoNN grid 1×tp×1)"}
+
+
+def tensor_parallel_table(report: TensorParallelReport) -> Table:
+    """The TP form, the grid and the unhidden collectives per dimension per step."""
+    table = Table(title=f"Tensor parallelism: {TP_FORMS[report.form]}", title_justify="left")
+    for column in ("dimension", "ranks", "group spans GPUs", "tier", "collectives s/step"):
+        table.add_column(column, justify="left" if column in ("dimension", "tier") else "right")
+    rows = (("X column", report.column), ("Y row", report.row), ("Z depth", report.depth))
+    for name, group in rows:
+        table.add_row(
+            name,
+            str(group.ranks),
+            str(group.span_gpus),
+            group.tier,
+            f"{group.collectives_s_per_step:.4g}",
+        )
     return table
 
 
@@ -177,6 +200,8 @@ def print_estimate(
     console.print(f"[bold]strategy:[/] {strategy.describe()}  [bold]stack:[/] {estimate.stack}")
     print_table(console, strategy_table(strategy))
     print_table(console, breakdown_table(estimate))
+    if estimate.tensor_parallel is not None:
+        print_table(console, tensor_parallel_table(estimate.tensor_parallel))
     print_table(console, memory_table(estimate, system, strategy.pp))
     print_table(console, summary_table(estimate, strategy.gpus))
     if estimate.goodput is not None:
@@ -185,6 +210,29 @@ def print_estimate(
         console.print(f"[yellow]warning:[/] {warning}")
     for overflow in estimate.overflows:
         console.print(f"[red]does not fit:[/] {overflow}")
+
+
+def print_tp_forms(console: Console, forms, step_s: float) -> None:
+    """Which TP form won under an AxoNN stack, and by which step-time terms."""
+    if forms.winner == "megatron-1d":
+        console.print(
+            "TP form: [bold]Megatron 1D[/] (AxoNN grid 1×tp×1) wins; the search covered every "
+            "AxoNN grid (tp_column, tp_depth)"
+        )
+        return
+    if forms.megatron_step_time_s is None:
+        console.print("TP form: [bold]AxoNN 3D grid[/] wins; no plan of Megatron's form fits")
+        return
+    reasons = ", ".join(
+        f"{BREAKDOWN_LABELS.get(term, term)} +{seconds:.3g} s"
+        for term, seconds in forms.slower_by_s.items()
+        if seconds > 1e-9 * step_s
+    )
+    console.print(
+        f"TP form: [bold]AxoNN 3D grid[/] wins; Megatron's form at best "
+        f"{forms.megatron_step_time_s:.4g} s ({forms.megatron_strategy.describe()}), "
+        f"{forms.megatron_step_time_s / step_s - 1:+.1%}: {reasons}"
+    )
 
 
 def limit_text(stopped_by: str | None, solver=None) -> str:
@@ -244,6 +292,8 @@ def print_plan(
     if solver.caps:
         console.print("[dim]searched within: " + "; ".join(solver.caps) + "[/]")
     print_estimate(console, result.estimate, result.strategy, system)
+    if result.tp_forms is not None:
+        print_tp_forms(console, result.tp_forms, result.estimate.step_time_s)
     if result.alternatives:
         table = Table(title="Best strategies", title_justify="left")
         columns = ("rank", "strategy", "step s", "vs best", "MFU", "differs in", "tied variants")

@@ -75,17 +75,30 @@ class BlockTimes:
 
 
 def _memory_bound_forward_bytes(
-    ctx: CostContext, tp: ArrayLike, local_mb: ArrayLike, sp: ArrayLike
+    ctx: CostContext,
+    tp: ArrayLike,
+    local_mb: ArrayLike,
+    sp: ArrayLike,
+    column: ArrayLike = 1,
+    depth: ArrayLike = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes outside the attention core, bytes of the materialised softmax) per rank."""
+    """(bytes outside the attention core, bytes of the materialised softmax) per rank. On
+    AxoNN's grid (X = ``column``, Z = ``depth``) the norms and residual adds run on the
+    [s·b/Z, h/X] slice (replicated over Y; Megatron's replicated case is X = Z = 1) and the
+    FFN activation and softmax on Y·Z = t/X of their tensors (heads and FFN width over Y, the
+    tokens over Z; MA: megatron/model/transformer.py:786-806)."""
     m, s, e = ctx.model, ctx.seq_len, ACTIVATION_BYTES
     t = np.asarray(tp, dtype=float)
+    x = np.asarray(column, dtype=float)
     sbh = np.asarray(local_mb, dtype=float) * s * m.hidden
     mask = 1 if m.dropout else 0
     norms_and_residuals = (4 * e + 2 * (3 * e + mask)) * sbh
     norms_and_residuals = np.where(
-        np.asarray(sp, dtype=bool), norms_and_residuals / t, norms_and_residuals
+        np.asarray(sp, dtype=bool),
+        norms_and_residuals / t,
+        norms_and_residuals / (x * np.asarray(depth, dtype=float)),
     )
+    t = t / x  # the Y·Z ranks the FFN and attention tensors split over
     width = m.ffn_intermediate_width / m.hidden
     activation = (3 if m.ffn_kind == "swiglu" else 2) * e * sbh * width / t
     # MoE blocks permute each token to its k experts and back: k copies written and read twice
@@ -125,10 +138,17 @@ def block_times(
     sp: ArrayLike,
     cp: ArrayLike = 1,
     ep: ArrayLike = 1,
+    column: ArrayLike = 1,
+    depth: ArrayLike = 1,
 ) -> BlockTimes:
     """Forward, backward and recompute time of one block per micro-batch on one rank; the
     busiest expert-parallel rank runs ``expert_imbalance`` × the mean routed-expert GEMMs.
-    Under Calculon's arithmetic, Calculon's layers (planner/cost/calculon.py calculon_block)."""
+    Under Calculon's arithmetic, Calculon's layers (planner/cost/calculon.py calculon_block).
+
+    On AxoNN's grid (``column`` X, ``depth`` Z; planner/cost/axonn_comm.py) a GPU's weight GEMMs
+    are [s·b/Z, in/X]·[in/X, out/Y]: 1/t of the FLOPs, as in Megatron's form, on the same
+    matmul curve; the attention core runs on heads/Y of s·b/Z tokens, t/X of Megatron's
+    (replicated over X: the QKV output is all-reduced over X, MA: transformer.py:225, 446-451)."""
     if ctx.calculon:
         return _calculon_times(ctx, tp, mb, recompute, sp)
     accel, peak, stack = ctx.system.accelerator, ctx.peak_flops, ctx.stack
@@ -144,8 +164,9 @@ def block_times(
         )
         / stack.gemm_efficiency
     )
-    core_forward, core_backward = attention_core_s(ctx, gemms.attention_core, cp)
-    other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, local_mb, sp)
+    core = gemms.attention_core * np.asarray(column, dtype=float)
+    core_forward, core_backward = attention_core_s(ctx, core, cp)
+    other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, local_mb, sp, column, depth)
     rate = ctx.memory_bound_bytes_per_s
     other_s, softmax_s = other_bytes / rate, softmax_bytes / rate
     overhead_s = stack.layer_overhead_us * 1e-6

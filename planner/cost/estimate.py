@@ -9,6 +9,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
+from planner.cost.axonn_comm import TensorParallelReport, tensor_parallel_report
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.goodput import GoodputEstimate, estimate_goodput
 from planner.cost.memory import StageMemory
@@ -65,6 +66,9 @@ class Estimate(BaseModel):
     training: TrainingTime | None = None
     goodput: GoodputEstimate | None = None
     """With a token budget and a strategy: failures, checkpoints, restarts and goodput."""
+    tensor_parallel: TensorParallelReport | None = None
+    """Under a stack that runs AxoNN's tensor parallelism (StackProfile.tp_form), with a
+    strategy: its TP form, grid and communication per dimension (planner/cost/axonn_comm.py)."""
 
 
 def _scalar(value: object) -> float:
@@ -173,6 +177,19 @@ def build_estimate(
                     else None,
                 }
             )
+    tensor_parallel = None
+    if strategy is not None and ctx.stack.tp_form == "axonn" and not ctx.model.is_moe:
+        s = strategy
+        tensor_parallel = tensor_parallel_report(
+            ctx,
+            s.tp,
+            s.tp_column,
+            s.tp_depth,
+            s.micro_batch,
+            s.recompute,
+            s.pp,
+            _scalar(terms.micro_batches),
+        )
     return Estimate(
         step_time_s=step,
         mfu=_scalar(terms.mfu),
@@ -190,4 +207,5 @@ def build_estimate(
         warnings=warnings,
         training=training,
         goodput=goodput,
+        tensor_parallel=tensor_parallel,
     )

@@ -22,6 +22,10 @@ class Knobs:
     """Strategy knobs as numpy arrays that broadcast together (recompute as 0/1/2 codes)."""
 
     tp: np.ndarray
+    tp_column: np.ndarray
+    """AxoNN's column group X (1: Megatron's form; Strategy.tp_column)."""
+    tp_depth: np.ndarray
+    """AxoNN's depth group Z (1: Megatron's form; Strategy.tp_depth)."""
     cp: np.ndarray
     pp: np.ndarray
     dp: np.ndarray

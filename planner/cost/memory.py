@@ -48,15 +48,28 @@ ZERO3_GATHERED_BLOCKS = 2
 
 
 def block_activation_bytes(
-    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, recompute: ArrayLike, sp: ArrayLike
+    ctx: CostContext,
+    tp: ArrayLike,
+    mb: ArrayLike,
+    recompute: ArrayLike,
+    sp: ArrayLike,
+    column: ArrayLike = 1,
+    depth: ArrayLike = 1,
 ) -> np.ndarray:
     """Activation bytes one block stores per micro-batch on one rank (formulas above).
-    Depends on (tp, micro_batch, recompute, sequence_parallel). Calculon's storage space under
-    its arithmetic (calculon.stored_activation_bytes)."""
+    Depends on (tp, micro_batch, recompute, sequence_parallel; AxoNN's tp_column, tp_depth).
+    On AxoNN's grid (X = ``column``, Z = ``depth``) the replicated tensors (norm inputs,
+    residuals, the block input) are [s·b/Z, h/X] (÷ X·Z instead of 1) and the split ones
+    (QKV, attention, FFN) are on heads and FFN width / Y of s·b/Z tokens (÷ Y·Z = t/X instead
+    of t; MA: megatron/initialize.py:379-381, transformer.py:446-451); Megatron's form is
+    X = Z = 1. Calculon's storage space under its arithmetic
+    (calculon.stored_activation_bytes)."""
     if ctx.calculon:
         return calculon.stored_activation_bytes(ctx, tp, mb, recompute, sp)
     m, s = ctx.model, ctx.seq_len
-    t = np.asarray(tp, dtype=float)
+    x = np.asarray(column, dtype=float)
+    replicated_ranks = x * np.asarray(depth, dtype=float)
+    t = np.asarray(tp, dtype=float) / x
     split = np.asarray(sp, dtype=bool)
     sbh = np.asarray(mb, dtype=float) * s * m.hidden
     mask = 1 if m.dropout else 0
@@ -68,14 +81,52 @@ def block_activation_bytes(
     # Q and the output-projection input: 1 unless the heads' width differs from hidden
     q_units = m.heads * head_units
     # K and V: k·d_h/h, KV replicated when t > k
-    kv_units = kv_heads_per_rank(ctx, tp) * t * head_units
+    kv_units = kv_heads_per_rank(ctx, tp) * np.asarray(tp, dtype=float) * head_units
     sharded = (4 * q_units + 4 * kv_units + ffn_units) * sbh / t
     core = (4 + mask) * m.heads * s * sbh / m.hidden / t
     code = np.asarray(recompute)
     keep_core = (code == 0) & (not ctx.flash)
-    whole = np.where(split, replicated / t, replicated) + sharded + np.where(keep_core, core, 0.0)
-    block_input = np.where(split, ACTIVATION_BYTES * sbh / t, ACTIVATION_BYTES * sbh)
+    whole = (
+        np.where(split, replicated / t, replicated / replicated_ranks)
+        + sharded
+        + np.where(keep_core, core, 0.0)
+    )
+    block_input = np.where(
+        split, ACTIVATION_BYTES * sbh / t, ACTIVATION_BYTES * sbh / replicated_ranks
+    )
     return np.where(code == 2, block_input, whole)
+
+
+def grid_sizes(tp: ArrayLike, column: ArrayLike, depth: ArrayLike):
+    """(X, Y, Z) as float arrays: Y = tp / (X·Z)."""
+    x = np.asarray(column, dtype=float)
+    z = np.asarray(depth, dtype=float)
+    return x, np.asarray(tp, dtype=float) / (x * z), z
+
+
+def gathered_block_params(ctx: CostContext, tp: ArrayLike, column: ArrayLike, depth: ArrayLike):
+    """One block's weights gathered over Z on one GPU: P_block/(X·Y) (its depth shards
+    together; axonn-ai/axonn@660a224 intra_layer/fully_connected.py:62-70). The dense block
+    (AxoNN's grid is modelled for dense models)."""
+    x, y, _ = grid_sizes(tp, column, depth)
+    return ctx.model.block_params / (x * y)
+
+
+GATHERED_BLOCKS_IN_FLIGHT = 2
+"""Gathered weight blocks resident at once under the depth all-gather: the layer running and
+the next one prefetched (axonn-ai/axonn@660a224
+intra_layer/overlap_communication.py:124-149)."""
+
+
+def gathered_weight_bytes(
+    ctx: CostContext, tp: ArrayLike, column: ArrayLike, depth: ArrayLike
+) -> np.ndarray:
+    """HBM per GPU of the weights gathered over Z (0 when Z = 1): 2 blocks of e·P_block/(X·Y)."""
+    z = np.asarray(depth, dtype=float)
+    nbytes = (
+        GATHERED_BLOCKS_IN_FLIGHT * ACTIVATION_BYTES * gathered_block_params(ctx, tp, column, depth)
+    )
+    return np.where(z > 1, nbytes, 0.0)
 
 
 def in_flight_micro_batches(
@@ -323,6 +374,8 @@ def rebuilt_activation_bytes(
     recompute: ArrayLike,
     sp: ArrayLike,
     offload_activations: ArrayLike = 0,
+    column: ArrayLike = 1,
+    depth: ArrayLike = 1,
 ) -> np.ndarray:
     """Full recompute rebuilds one block's whole activations during its backward: that block's
     activations without recompute, resident while it runs. Depends on (tp, micro_batch,
@@ -332,7 +385,7 @@ def rebuilt_activation_bytes(
     if ctx.calculon:
         share = offloaded_share(offload_activations)
         return calculon.resident_activation_bytes(ctx, tp, mb, recompute, sp, share)
-    whole = block_activation_bytes(ctx, tp, mb, 0, sp)
+    whole = block_activation_bytes(ctx, tp, mb, 0, sp, column, depth)
     return np.where(np.asarray(recompute) == 2, whole, 0.0)
 
 
@@ -375,8 +428,9 @@ def stage_memory(
         expert_dp_size(k["tp"], cp, k["dp"], k["ep"], k["expert_tp"]),
     )
     blocks_per_stage = np.asarray(blocks, dtype=float)
+    grid = (k["tp_column"], k["tp_depth"])
     per_block = block_activation_bytes(
-        ctx, k["tp"], local_mb, k["recompute"], k["sequence_parallel"]
+        ctx, k["tp"], local_mb, k["recompute"], k["sequence_parallel"], *grid
     )
     if stage == "last":
         in_flight = np.ones_like(np.asarray(micro_batches, dtype=float))
@@ -384,7 +438,7 @@ def stage_memory(
         ahead = np.asarray(k["pp"]) - (1 if stage == "middle" else 0)
         in_flight = in_flight_micro_batches(ahead, k["interleave"], micro_batches, k["pp"])
     recomputed = np.minimum(np.asarray(k["recompute_layers"], dtype=float), blocks_per_stage)
-    full = block_activation_bytes(ctx, k["tp"], local_mb, FULL, k["sequence_parallel"])
+    full = block_activation_bytes(ctx, k["tp"], local_mb, FULL, k["sequence_parallel"], *grid)
     stored = ((blocks_per_stage - recomputed) * per_block + recomputed * full) * in_flight
     rebuilt = rebuilt_activation_bytes(
         ctx,
@@ -393,7 +447,8 @@ def stage_memory(
         np.where(recomputed > 0, FULL, k["recompute"]),
         k["sequence_parallel"],
         k["offload_activations"],
-    )
+        *grid,
+    ) + gathered_weight_bytes(ctx, k["tp"], *grid)
     act_working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * per_block
     q_a = offloaded_share(k["offload_activations"])
 

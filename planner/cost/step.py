@@ -64,6 +64,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planner.cost import calculon
+from planner.cost.axonn_comm import axonn_exposed_s
 from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.experts import expert_dp_size, expert_exposed_s, expert_traffic_s
@@ -204,6 +205,8 @@ def block_pieces(
     ep: ArrayLike = 1,
     expert_tp: ArrayLike = 0,
     optimizer_link_s: ArrayLike = 0.0,
+    column: ArrayLike = 1,
+    depth: ArrayLike = 1,
 ) -> BlockPieces:
     """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: an
     all-reduce (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
@@ -213,12 +216,15 @@ def block_pieces(
     it) they hide under the weight GEMMs of those passes. CP: the K/V ring of the module
     docstring. Under Calculon's arithmetic the TP term is Calculon's per-GEMM tiled overlap
     (calculon.calculon_block tp_s) and ``optimizer_link_s`` the optimizer state streamed in
-    each backward (calculon.optimizer_stream_s)."""
+    each backward (calculon.optimizer_stream_s). Under a stack that runs AxoNN's tensor
+    parallelism (StackProfile.tp_form), AxoNN's collectives on the (``column``, tp/(column·depth),
+    ``depth``) grid instead of Megatron's (planner/cost/axonn_comm.py; a mixture of experts keeps
+    Megatron's accounting, its grid being 1D)."""
     m = ctx.model
     t = np.asarray(tp, dtype=float)
     code = np.asarray(recompute)
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
-    times = block_times(ctx, tp, mb, code, sp, cp, ep)
+    times = block_times(ctx, tp, mb, code, sp, cp, ep, column, depth)
     activation_bytes = ACTIVATION_BYTES * local_mb * ctx.seq_len
     ffn_collectives = 1 - m.moe_share + m.moe_share * (m.shared_experts > 0)
     tp_raw = (
@@ -235,6 +241,8 @@ def block_pieces(
     if ctx.calculon:
         overlap = np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap
         tp_exposed = calculon.calculon_block(ctx, tp, mb, code, sp, overlap).tp_s
+    elif ctx.stack.tp_form == "axonn" and not m.is_moe:
+        tp_exposed = axonn_exposed_s(ctx, tp, column, depth, local_mb, code, times, tp_overlap)
     expert_traffic = expert_traffic_s(ctx, tp, expert_tp, ep, local_mb, code)
     compute_s = times.forward_s + times.backward_s + times.recompute_s
     offload_forward, offload_backward = offload_exposed_s(
@@ -243,7 +251,7 @@ def block_pieces(
         offload_activations,
         times,
         block_params_per_rank(ctx, tp, ep, expert_tp),
-        block_activation_bytes(ctx, tp, local_mb, code, sp),
+        block_activation_bytes(ctx, tp, local_mb, code, sp, column, depth),
         optimizer_link_s,
     )
     return BlockPieces(
@@ -367,6 +375,8 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             k["ep"],
             k["expert_tp"],
             optimizer_link,
+            k["tp_column"],
+            k["tp_depth"],
         )
 
     partial = np.asarray(k["recompute_layers"])

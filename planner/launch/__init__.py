@@ -1,10 +1,11 @@
-"""From plan to launch and back: emit a strategy as a Megatron-LM, NeMo or torchtitan
-configuration, and read such a configuration into a model, job fields, strategy and GPU count.
+"""From plan to launch and back: emit a strategy as a Megatron-LM, NeMo, torchtitan or
+Megatron-AxoNN configuration, and read such a configuration into a model, job fields, strategy
+and GPU count.
 
-Each format module (``megatron``, ``nemo``, ``torchtitan``) holds one knob ↔ flag/key table with
-the version of the framework it was taken from (DESIGN.md §9); emitting then reading gives back
-the same strategy for every knob the framework can express (tests/test_launch.py), and the
-``notes`` name each knob it cannot. ``plan --emit`` searches only what the framework can run
+Each format module (``megatron``, ``nemo``, ``torchtitan``, ``axonn``) holds one knob ↔ flag/key
+table with the version of the framework it was taken from (DESIGN.md §9); emitting then reading
+gives back the same strategy for every knob the framework can express (tests/test_launch.py),
+and the ``notes`` name each knob it cannot. ``plan --emit`` searches only what the framework can run
 (each module's ``restriction``, planner.launch.restrict.plan_for): its configuration reads back
 as the plan's strategy and step time (tests/test_launch.py).
 """
@@ -19,14 +20,19 @@ from types import ModuleType
 
 from hardware_catalog import load_stack, read_bounded_text
 from planner.errors import InputError
-from planner.launch import megatron, nemo, torchtitan
+from planner.launch import axonn, megatron, nemo, torchtitan
 from planner.launch.common import LaunchConfig, Parsed
 from planner.launch.settle import settle
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 __all__ = ["FORMATS", "LaunchConfig", "emit", "format_module", "read", "read_source"]
 
-FORMATS: dict[str, ModuleType] = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan}
+FORMATS: dict[str, ModuleType] = {
+    "megatron": megatron,
+    "nemo": nemo,
+    "torchtitan": torchtitan,
+    "axonn": axonn,
+}
 """The launch formats by name: each module has ``FORMAT``, ``VERSION``, ``emit``, ``read``,
 ``restriction`` (what it can run, for plan --emit) and ``MISSING_HINT`` (where the
 configuration gives each model dimension)."""

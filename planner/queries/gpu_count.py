@@ -48,19 +48,19 @@ def gpu_seconds_floor(ctx: CostContext, space: SearchSpace) -> float:
     since T is the slowest stage's time per micro-batch, at least the mean over the p stages,
     and every other term of a stage (recompute, TP/CP/EP/offload exposure, PP messages, the
     bubble, DP exposure, the optimizer step) is non-negative. The minimum is taken over tp,
-    cp, micro-batch, sequence parallelism and ep: the product of at most a few hundred values."""
+    cp, micro-batch, sequence parallelism, ep and AxoNN's grid (X·Z dividing tp): the product
+    of at most a few thousand values."""
     domains = space.domains
-    tp, cp, mb, sp, ep = np.meshgrid(
-        *(
-            np.asarray(domains[knob], dtype=float)
-            for knob in ("tp", "cp", "micro_batch", "sequence_parallel", "ep")
-        ),
+    knobs = ("tp", "cp", "micro_batch", "sequence_parallel", "ep", "tp_column", "tp_depth")
+    tp, cp, mb, sp, ep, x, z = np.meshgrid(
+        *(np.asarray(domains.get(knob, (1,)), dtype=float) for knob in knobs),
         indexing="ij",
     )
-    times = block_times(ctx, tp, mb, 0, sp, cp, ep)
+    times = block_times(ctx, tp, mb, 0, sp, cp, ep, x, z)
     per_micro_batch_s = ctx.model.layers * (times.forward_s + times.backward_s)
     per_micro_batch_s = per_micro_batch_s + lm_head_time_s(ctx, tp, mb, cp)
-    return float(np.min(ctx.job.global_batch * tp * cp * per_micro_batch_s / mb))
+    seconds = ctx.job.global_batch * tp * cp * per_micro_batch_s / mb
+    return float(np.min(np.where(tp % (x * z) == 0, seconds, np.inf)))
 
 
 def gpu_floor(ctx: CostContext, space: SearchSpace, target: PerformanceTarget) -> float | None:

@@ -105,6 +105,19 @@ class Alternative(BaseModel):
     """Strategies tied with this one (``variants`` lists the first few)."""
 
 
+class FormComparison(BaseModel):
+    """Under a stack that runs AxoNN's tensor parallelism, which TP form won (``winner``:
+    ``axonn-3d`` or ``megatron-1d``) and why: where the grid won, the best plan of Megatron's
+    form (X = Z = 1, solved again), its step time and the step-time terms by which it is
+    slower (``slower_by_s``: its term − the grid's, the largest first); where Megatron's form
+    won, the proof itself covers every grid (no second solve)."""
+
+    winner: str
+    megatron_strategy: Strategy | None = None
+    megatron_step_time_s: float | None = None
+    slower_by_s: dict[str, float] = {}
+
+
 class Plan(BaseModel):
     status: Status
     strategy: Strategy | None
@@ -114,6 +127,8 @@ class Plan(BaseModel):
     alternatives: list[Alternative] = []
     diagnosis: Diagnosis | None = None
     """Why no strategy fits and what would fix it (when infeasible)."""
+    tp_forms: FormComparison | None = None
+    """Under a stack that runs AxoNN's tensor parallelism: which form won and why."""
 
 
 def plan(
@@ -252,12 +267,37 @@ def plan(
                     tied=ranked.tied,
                 )
             )
+    estimate = _checked_estimate(ctx, best, system_spec, report)
+    forms = None
+    if ctx.stack.tp_form == "axonn" and not ({"tp_column", "tp_depth"} & set(pins)):
+        forms = FormComparison(winner="axonn-3d" if best.axonn_grid else "megatron-1d")
+        if best.axonn_grid:  # the best of Megatron's form, for the reason the grid won
+            other = plan(
+                model_spec,
+                system_spec,
+                job,
+                gpus,
+                {**pins, "tp_column": 1, "tp_depth": 1},
+                time_limit_s=time_limit_s,
+                workers=workers,
+                diagnose=False,
+                target=target,
+                work_limit=work_limit,
+                **limits,
+            )
+            if other.estimate is not None and estimate is not None:
+                ours, theirs = estimate.breakdown_s, other.estimate.breakdown_s
+                delta = {term: theirs[term] - ours[term] for term in ours}
+                forms.megatron_strategy = other.strategy
+                forms.megatron_step_time_s = other.estimate.step_time_s
+                forms.slower_by_s = dict(sorted(delta.items(), key=lambda kv: -kv[1]))
     return Plan(
         status=report.status,
         strategy=best,
-        estimate=_checked_estimate(ctx, best, system_spec, report),
+        estimate=estimate,
         solver=report,
         alternatives=alternatives,
+        tp_forms=forms,
     )
 
 

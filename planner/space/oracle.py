@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import hardware_catalog
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
 from planner.cost.knobs import Knobs
@@ -47,7 +48,16 @@ from planner.specs import (
 )
 from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW, DEFAULT_OFFLOAD_STEP, OFFLOAD_STEPS
 
-STRUCTURAL_KNOBS = ("cp", "ep", "expert_tp", "micro_batch", "interleave", "placement")
+STRUCTURAL_KNOBS = (
+    "tp_column",
+    "tp_depth",
+    "cp",
+    "ep",
+    "expert_tp",
+    "micro_batch",
+    "interleave",
+    "placement",
+)
 """The knobs besides tp and the layout that the structural rules read (structure_mask)."""
 SWITCH_KNOBS = tuple(k for k in KNOBS if k not in ("tp", "pp", "layout", *STRUCTURAL_KNOBS))
 """The other knobs: recompute, partial recompute, switches, ZeRO, offloads."""
@@ -80,10 +90,16 @@ def raw_space(
     value: valid_mask applies the rules."""
     pins = encoded_pins(pins)
     seq_len = job.seq_len_for(model)
+    # AxoNN's grid knobs exist only where the stack runs AxoNN's layers (an input, like ep for
+    # a dense model); there X and Z range over every divisor, independently.
+    axonn = hardware_catalog.load_stack(job.stack).tp_form == "axonn"
+    grid = tuple(divisors(gpus)) if axonn else (1,)
     cp_limit = default_max_cp(seq_len) if max_cp is None else max_cp
     offload = offload_domain(system, offload_step, pins)
     domains: dict[str, tuple[int, ...]] = {
         "tp": tuple(divisors(gpus)),
+        "tp_column": grid,
+        "tp_depth": grid,
         "cp": tuple(c for c in divisors(gpus) if c <= cp_limit),
         "pp": tuple(divisors(gpus)),
         "dp": tuple(divisors(gpus)),
@@ -148,11 +164,38 @@ def structure_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray
     if ctx.calculon:  # rules.calculon_violations
         ok &= (c == 1) & even & (k["first_blocks"] == m.layers / p)
         ok &= (m.hidden % t == 0) & (m.ffn_hidden % t == 0) & ((b * ctx.seq_len) % t == 0)
+    ok &= _axonn_mask(ctx, t, k["tp_column"], k["tp_depth"], b, k["placement"])
     # A stated cap (reductions.stated_caps): TP inside one scale-up domain unless the
     # system allows otherwise.
+    # Under an axonn stack the cap is on the column·row groups X·Y = t/Z: the depth group
+    # shards weights like ZeRO-3 and may leave the domain (Megatron-AxoNN's Frontier script:
+    # Z = 256).
     if not ctx.system.tp_across_domain and len(ctx.system.network_tiers) > 1:
-        ok &= t <= (ctx.system.network_tiers[0].domain_gpus or 0)
+        inside = t // k["tp_depth"] if ctx.stack.tp_form == "axonn" else t
+        ok &= inside <= (ctx.system.network_tiers[0].domain_gpus or 0)
     return ok
+
+
+def _axonn_mask(ctx: CostContext, t, x, z, b, placement) -> np.ndarray:
+    """rules.axonn_violations on the structural knobs, vectorised: a grid beyond X = Z = 1 only
+    under an axonn stack, for a dense model with multi-head or grouped-query attention, X·Z
+    dividing tp, X the hidden size and the FFN, Y = t/(X·Z) the heads, KV heads and FFN (t at
+    most the KV heads), Z each layer's block and the micro-batch; an axonn stack's rank order."""
+    m = ctx.model
+    axonn = ctx.stack.tp_form == "axonn"
+    beyond = x * z > 1
+    if not axonn:
+        return ~beyond
+    y = np.maximum(t // (x * z), 1)  # rows with x·z ∤ t fail the first rule
+    ok = (t % (x * z) == 0) & (m.hidden % x == 0) & (m.ffn_hidden % x == 0)
+    ok &= (m.heads % y == 0) & (m.kv_heads % y == 0) & (m.ffn_hidden % y == 0)
+    ok &= t <= m.kv_heads
+    block_ok = (m.hidden * m.hidden // (x * y)) % z == 0
+    ok &= block_ok & ((m.hidden * m.ffn_hidden // (x * y)) % z == 0)
+    ok &= b % z == 0
+    if m.is_moe or m.is_latent_attention:
+        ok &= False
+    return (~beyond | ok) & (placement == PLACEMENT_CODES["tp-pp-dp"])
 
 
 def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
@@ -163,6 +206,11 @@ def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) 
     ok = np.ones(np.shape(r), dtype=bool)
     if ctx.model.is_moe:
         ok &= (t == 1) | (k["sequence_parallel"] == 1)
+    if ctx.stack.tp_form == "axonn":  # rules.axonn_violations
+        ok &= k["zero_stage"] <= 1
+        ok &= k["sequence_parallel"] == 0
+        ok &= (k["offload_weights"] == 0) & (k["offload_activations"] == 0)
+        ok &= k["offload_optimizer"] == 0
     offloaded = (k["offload_weights"] > 0) | (k["offload_activations"] > 0)
     offloaded |= k["offload_optimizer"] > 0
     ok &= (r == 0) | ((k["recompute"] == 0) & (k["zero_stage"] < 3) & ~offloaded & (r % v == 0))

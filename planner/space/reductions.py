@@ -114,7 +114,13 @@ def stated_caps(
     if cut:
         caps.append(f"interleave ≤ {max_interleave} (--max-interleave; leaves out {cut[0]}, …)")
     domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
-    if domain and not system.tp_across_domain:
+    axonn = hardware_catalog.load_stack(job.stack).tp_form == "axonn"
+    if domain and not system.tp_across_domain and axonn:
+        caps.append(
+            f"AxoNN's column·row groups (X·Y) within one {system.network_tiers[0].name} domain "
+            f"of {domain} GPUs, the depth group free (system field tp_across_domain)"
+        )
+    elif domain and not system.tp_across_domain:
         wider = [t for t in divisors(gpus) if t > domain and model.splits_over(t)]
         if wider:
             caps.append(
@@ -152,5 +158,7 @@ def canonical_values(
     if job.attention == "flash" and stack.arithmetic != "calculon":  # Calculon materialises
         out["recompute"] = np.where(values["recompute"] == selective, 0, values["recompute"])
     default_order = single | (values["pp"] == 1) | (len(system.network_tiers) == 1)
-    out["placement"] = np.where(default_order, 0, values["placement"])
+    # Megatron-AxoNN has one rank order (rules.axonn_violations), which the domain keeps.
+    if stack.tp_form != "axonn":
+        out["placement"] = np.where(default_order, 0, values["placement"])
     return {name: np.broadcast_to(array, np.shape(values["tp"])) for name, array in out.items()}

@@ -78,6 +78,7 @@ def strategy_violations(
             f"{_allowed([c for c in divisors(seq_len // 2) if c > 1] if seq_len % 2 == 0 else [])}"
         )
     problems.extend(calculon_violations(model, job, s))
+    problems.extend(axonn_violations(model, job, s))
     tiers = len(system.memory_tiers) - 1
     for kind in OFFLOAD_KINDS:
         knob = f"offload_{kind}"
@@ -149,6 +150,92 @@ def calculon_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str
             f"tp = {s.tp} must divide the micro-batch's tokens "
             f"({s.micro_batch}·{job.seq_len_for(model)}) under Calculon's arithmetic"
         )
+    return problems
+
+
+def axonn_grid_allowed(
+    model: ModelSpec, tp: int, column: int, depth: int, micro_batch: int | None = None
+) -> bool:
+    """Whether AxoNN's grid X = ``column``, Z = ``depth`` (row Y = tp/(X·Z)) fits the model's
+    shapes (axonn_violations); X = Z = 1 always does."""
+    return not _grid_problems(model, tp, column, depth, micro_batch)
+
+
+def _grid_problems(
+    model: ModelSpec, tp: int, column: int, depth: int, micro_batch: int | None
+) -> list[str]:
+    """The shape rules of AxoNN's grid (axonn_violations), one line each."""
+    if column * depth == 1:
+        return []
+    if tp % (column * depth):
+        return [f"tp_column·tp_depth = {column}·{depth} must divide tp ({tp})"]
+    x, y, z = column, tp // (column * depth), depth
+    problems = []
+    if model.is_moe or model.is_latent_attention:
+        problems.append(
+            f"tp_column = {x}, tp_depth = {z}: AxoNN's grid is modelled for dense models with "
+            "multi-head or grouped-query attention; allowed: 1, 1"
+        )
+    if model.hidden % x or model.ffn_hidden % x:
+        problems.append(
+            f"tp_column = {x} must divide the hidden size ({model.hidden}) and the FFN "
+            f"({model.ffn_hidden}) (AxoNN: in_features % X, fully_connected.py:246-248)"
+        )
+    if model.heads % y or model.ffn_hidden % y or model.kv_heads % y or tp > model.kv_heads:
+        problems.append(
+            f"row = tp/(tp_column·tp_depth) = {y} must divide the heads ({model.heads}), the "
+            f"KV heads ({model.kv_heads}) and the FFN ({model.ffn_hidden}), with tp ≤ the KV "
+            "heads (AxoNN's grid is modelled without KV replication)"
+        )
+    blocks = (model.hidden * model.hidden // (x * y), model.hidden * model.ffn_hidden // (x * y))
+    if any(block % z for block in blocks):
+        problems.append(f"tp_depth = {z} must divide each layer's weight block (icomm:29, 75)")
+    if micro_batch is not None and micro_batch % z:
+        problems.append(
+            f"micro_batch = {micro_batch} must be a multiple of tp_depth = {z} (AxoNN splits "
+            "the micro-batch over the depth group)"
+        )
+    return problems
+
+
+def axonn_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:
+    """AxoNN's tensor parallelism (planner/cost/axonn_comm.py; axonn-ai/axonn@660a224,
+    Megatron-AxoNN@6d60f45). A grid beyond Megatron's form (tp_column·tp_depth > 1) needs a stack
+    that runs it (StackProfile.tp_form), X·Z dividing tp, X dividing the hidden size and the FFN
+    (in_features % X), Y = tp/(X·Z) the heads, the KV heads and the FFN (out_features % Y),
+    Z each layer's flattened block and the micro-batch. Megatron-AxoNN itself (an ``axonn``
+    stack, any grid) has AxoNN's rank order (column, row, depth, pipeline, data: placement
+    tp-pp-dp, so no CP), no sequence parallelism (AxoNN's layers replace Megatron's),
+    Megatron's distributed optimizer at most (zero_stage ≤ 1) and no offloading."""
+    import hardware_catalog
+
+    axonn = hardware_catalog.load_stack(job.stack).tp_form == "axonn"
+    problems = []
+    if s.axonn_grid:
+        if not axonn:
+            problems.append(
+                f"tp_column = {s.tp_column}, tp_depth = {s.tp_depth}: stack {job.stack!r} runs "
+                "Megatron's 1D tensor parallelism; allowed: 1, 1 (AxoNN's grid needs an axonn "
+                "stack, e.g. --stack axonn)"
+            )
+            return problems
+        problems.extend(_grid_problems(model, s.tp, s.tp_column, s.tp_depth, s.micro_batch))
+    if s.sequence_parallel and (axonn or s.axonn_grid):
+        problems.append("sequence_parallel: AxoNN's tensor parallelism has none; allowed: false")
+    if axonn:
+        if s.placement != "tp-pp-dp":
+            problems.append(
+                f"placement = {s.placement}: Megatron-AxoNN orders ranks column, row, depth, "
+                "pipeline, data (axonn/communication.py:76-88); allowed: tp-pp-dp"
+            )
+        if s.zero_stage > 1:
+            problems.append(
+                f"zero_stage = {s.zero_stage}: Megatron-AxoNN shards the optimizer at most "
+                "(Megatron's distributed optimizer); allowed: 0, 1"
+            )
+        for kind in OFFLOAD_KINDS:
+            if getattr(s, f"offload_{kind}"):
+                problems.append(f"offload_{kind}: Megatron-AxoNN has no offloading; allowed: 0")
     return problems
 
 

@@ -50,6 +50,8 @@ from planner.specs.quantities import (
 
 KNOBS = (
     "tp",
+    "tp_column",
+    "tp_depth",
     "cp",
     "pp",
     "layout",
@@ -78,6 +80,8 @@ PINNABLE = (*(k for k in KNOBS if k != "layout"), "dp", *FRACTION_PINS)
 
 PIN_LIMITS = {
     "tp": lim.MAX_GPUS,
+    "tp_column": lim.MAX_GPUS,
+    "tp_depth": lim.MAX_GPUS,
     "cp": lim.MAX_GPUS,
     "pp": lim.MAX_LAYERS,
     "dp": lim.MAX_GPUS,
@@ -285,10 +289,18 @@ def build_search_space(
         pp_values = tuple(p for p in divisors(gpus) if p <= model.layers)
         dp_values = tuple(divisors(math.gcd(gpus, job.global_batch)))
     domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
+    # AxoNN's depth group may leave the domain (constraints.structure.add_placement)
+    axonn_grid = stack.tp_form == "axonn" and not (model.is_moe or model.is_latent_attention)
     tp_values = _keep_allowed(
         tp_values,
         lambda t: (
-            model.splits_over(t) and (system.tp_across_domain or domain is None or t <= domain)
+            model.splits_over(t)
+            and (
+                system.tp_across_domain
+                or domain is None
+                or t <= domain
+                or (axonn_grid and t <= model.kv_heads)  # rules.axonn_violations
+            )
         ),
         prune,
     )
@@ -301,6 +313,7 @@ def build_search_space(
     recompute = (0, 2) if flash and "recompute" not in pins else (0, 1, 2)
     domains: dict[str, tuple[int, ...]] = {
         "tp": tp_values,
+        **axonn_domains(model, stack.tp_form == "axonn", tp_values, prune),
         "cp": cp_values,
         "pp": pp_values,
         "dp": dp_values,
@@ -340,6 +353,13 @@ def build_search_space(
             raise InputError(f"--pin zero_stage={value}: allowed 0..3")
         if value not in domains[name]:
             domains[name] = tuple(sorted({*domains[name], value}))
+    if stack.tp_form == "axonn":  # Megatron-AxoNN (rules.axonn_violations): rules as domains
+        domains["placement"] = (PLACEMENT_CODES["tp-pp-dp"],)
+        domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
+        domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
+        domains["sequence_parallel"] = (0,)
+        for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
+            domains[knob] = (0,)
     if calculon:  # Calculon's space (rules.calculon_violations): the rules as domains
         domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
         domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
@@ -362,6 +382,24 @@ def build_search_space(
         max_gpus=limit,
         gpu_multiple=gpu_multiple,
     )
+
+
+def axonn_domains(
+    model: ModelSpec, axonn: bool, tp_values: tuple[int, ...], prune: bool
+) -> dict[str, tuple[int, ...]]:
+    """The domains of AxoNN's grid knobs: (1,) unless the stack runs AxoNN's tensor parallelism
+    on a dense model with multi-head or grouped-query attention; then X over the tp values that
+    divide the hidden size and the FFN (in_features % X; every tp value without ``prune``), Z
+    over the tp values (rules.axonn_violations; the solver's add_axonn forbids the grids a
+    tp's shapes or the micro-batch do not allow)."""
+    if not axonn or model.is_moe or model.is_latent_attention:
+        return {"tp_column": (1,), "tp_depth": (1,)}
+    return {
+        "tp_column": _keep_allowed(
+            tp_values, lambda x: model.hidden % x == 0 and model.ffn_hidden % x == 0, prune
+        ),
+        "tp_depth": tp_values,
+    }
 
 
 def _expert_parallel_values(model: ModelSpec, gpus: int | None, limit: int) -> tuple[int, ...]:
@@ -430,6 +468,8 @@ def strategy_from_values(values: dict[str, int], space: SearchSpace) -> Strategy
         recompute_layers=partial or None,
         stage_layers=space.layouts[values["layout"]].stage_layers(),
         tp=values["tp"],
+        tp_column=values.get("tp_column", 1),
+        tp_depth=values.get("tp_depth", 1),
         cp=values["cp"],
         pp=values["pp"],
         dp=values["dp"],

@@ -17,6 +17,7 @@ AttentionKernel = Literal["flash", "materialized"]
 GradDtype = Literal["fp32", "bf16"]
 DpCollectiveUnit = Literal["block", "bucket", "buffer"]
 Arithmetic = Literal["planner", "calculon"]
+TpForm = Literal["megatron", "axonn"]
 
 
 class StackProfile(Spec):
@@ -53,6 +54,12 @@ class StackProfile(Spec):
     tp_overlap: bool = False
     """TP collectives can be split and overlapped with the GEMMs that produce or consume them
     (e.g. Transformer Engine userbuffers)."""
+    tp_form: TpForm = "megatron"
+    """The tensor-parallel layers the stack runs: Megatron's 1D column/row-parallel pairs, or
+    AxoNN's 3D grid (Singh et al. IPDPS'24; axonn-ai/axonn intra_layer/fully_connected.py): tp =
+    X·Y·Z with Strategy.tp_column = X, tp_depth = Z, row Y = tp/(X·Z)
+    (planner/cost/axonn_comm.py). Only an ``axonn`` stack searches X, Z > 1; its grid (1, tp, 1)
+    is Megatron's 1D form run by AxoNN's layers."""
     tp_overlap_contention: float = Field(default=0.0, ge=0, le=1)
     """With TP overlap, this share of the hidden communication time still shows up, as the
     communication kernels take SMs and memory bandwidth from the GEMMs they hide under."""

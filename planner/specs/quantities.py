@@ -41,7 +41,7 @@ CALIBRATED_PARAMETERS = (
 """What ``planner calibrate`` can fit of a stack profile
 (planner.accuracy.calibration.PARAMETERS)."""
 
-LAUNCH_FORMATS = ("megatron", "nemo", "torchtitan")
+LAUNCH_FORMATS = ("megatron", "nemo", "torchtitan", "axonn")
 """The launch configurations ``--emit`` writes and ``evaluate --from`` reads
 (planner.launch.FORMATS)."""
 

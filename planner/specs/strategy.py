@@ -58,6 +58,13 @@ class Strategy(Spec):
     moves (in steps of 1/8; the rest stays in HBM)."""
 
     tp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    tp_column: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    """AxoNN's column (X) group: ranks a layer's input features split over (the residual
+    stream's hidden dimension); 1 in Megatron's form (StackProfile.tp_form)."""
+    tp_depth: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
+    """AxoNN's depth (Z) group: ranks the flattened local weight block is sharded over (FSDP-like,
+    gathered per layer) and the micro-batch is split over; 1 in Megatron's form. The row (Y)
+    group is tp / (tp_column · tp_depth)."""
     cp: int = Field(default=1, gt=0, le=lim.MAX_GPUS)
     """Context parallelism: each sequence split over cp ranks (Megatron-Core CP)."""
     pp: int = Field(default=1, gt=0, le=lim.MAX_LAYERS)
@@ -136,6 +143,16 @@ class Strategy(Spec):
         return self.tp * self.cp * self.pp * self.dp
 
     @property
+    def tp_row(self) -> int:
+        """AxoNN's row (Y) group: tp / (tp_column · tp_depth) (tp itself in Megatron's form)."""
+        return max(1, self.tp // (self.tp_column * self.tp_depth))
+
+    @property
+    def axonn_grid(self) -> bool:
+        """Whether the strategy uses AxoNN's grid beyond Megatron's form (X·Z > 1)."""
+        return self.tp_column * self.tp_depth > 1
+
+    @property
     def expert_tp_size(self) -> int:
         """Ranks each expert is split over (expert_tp, or tp when 0)."""
         return self.expert_tp or self.tp
@@ -151,6 +168,8 @@ class Strategy(Spec):
     def describe(self) -> str:
         """A compact one-line description, e.g. ``tp=8 pp=16 dp=8 mb=1 v=2 selective+SP``."""
         parts = [f"tp={self.tp}"]
+        if self.axonn_grid:
+            parts[0] += f"(X{self.tp_column}·Y{self.tp_row}·Z{self.tp_depth})"
         if self.cp > 1:
             parts.append(f"cp={self.cp}")
         parts += [f"pp={self.pp}", f"dp={self.dp}", f"mb={self.micro_batch}"]
