@@ -229,7 +229,11 @@ def test_issue_40s_long_context_problems_match_the_raw_oracle(
     result = plan(model_spec, system_spec, job, gpus)
     assert result.status == "optimal"
     assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
-    assert result.strategy.dp == 1 and result.strategy.cp > 1 and result.strategy.zero_stage > 0
+    # Mixtral's optimum had been pp 2 with 16 one-block chunks per rank for its two micro-batches
+    # (dp 1); with the fill and drain messages of interleaving priced (planner/cost/interleave.py)
+    # it is dp 2 without a pipeline: CP and ZeRO still pay.
+    assert result.strategy.dp == 1 or model == "mixtral-8x7b"
+    assert result.strategy.cp > 1 and result.strategy.zero_stage > 0
 
 
 def test_the_caps_name_the_layouts_the_space_leaves_out() -> None:

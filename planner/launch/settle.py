@@ -15,6 +15,7 @@ from planner.specs import (
     SystemSpec,
 )
 from planner.specs import limits as lim
+from planner.specs.layouts import embedding_loss_layout, parse_megatron_layout
 
 
 def match_catalog(model: ModelSpec) -> ModelSpec:
@@ -65,6 +66,14 @@ def settle(
     tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))
     if parsed.end_stage_layers != (None, None):
         knobs["stage_layers"] = _stage_layers(parsed, model.layers, pp)
+    if parsed.layout is not None:
+        knobs["stage_layers"] = parse_megatron_layout(parsed.layout, pp)
+        knobs["interleave"] = len(knobs["stage_layers"]) // pp
+    elif any(parsed.embedding_loss_slots):
+        v = int(knobs.get("interleave", 1))
+        stages = embedding_loss_layout(model.layers, pp, v, *parsed.embedding_loss_slots)
+        if len(set(stages)) > 1:
+            knobs["stage_layers"] = stages
     if parsed.recompute_layers_per_chunk is not None:
         knobs["recompute_layers"] = _recompute_layers(parsed, knobs, model.layers)
     if gpus is None:

@@ -589,6 +589,12 @@ def _uneven_stages(s: Strategy, layers: int, notes: list[str]) -> dict[str, int]
     weight); a first or last stage heavier than the middle ones cannot be said."""
     if s.stage_layers is None:
         return {}
+    if len(s.stage_layers) != s.pp:
+        notes.append(
+            f"stage_layers of {len(s.stage_layers)} virtual stages: emitted as an even split "
+            "(not written for torchtitan yet)"
+        )
+        return {}
     first, middle, last = s.stage_blocks(layers)
     if first > middle or last > middle:
         notes.append(
