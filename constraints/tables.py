@@ -379,7 +379,7 @@ class TableBuilder:
             return None
         return self.per_block(
             "chunk_overhead",
-            ("interleave",),
+            ("tp", "cp", "micro_batch", "interleave"),  # the per-step multiple needs the first 3
             lambda ctx, g: chunk_overhead_s(ctx, 2, g["interleave"]),
         )
 

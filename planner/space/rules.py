@@ -256,8 +256,12 @@ def _interleave_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[
 
 def _partial_recompute_violations(s: Strategy) -> list[str]:
     """Megatron's block recompute: part of each stage's blocks fully recomputed, the same count
-    in every model chunk. Modelled with ZeRO ≤ 2 and without offloading (the ZeRO-3 re-gather
-    and the offload stalls of a partly recomputed stage are not)."""
+    in every model chunk. Modelled without offloading (the offload stalls of a partly recomputed
+    stage are not). With ZeRO-3 (Megatron-Bridge's H100 8B FP8 recipe: 5 blocks fully recomputed
+    under Megatron-FSDP) the recomputed blocks' forward runs inside their own backward, whose
+    weights are gathered for it: no re-gather is charged for them (as for FSDP stacks under full
+    recompute, parallel_comm.dp_comm_times_s); a ZeRO-3 that gathers again (DeepSpeed) is
+    charged too little by one gather of r/k of the stage per micro-batch."""
     r = s.recompute_layers
     problems = []
     if s.recompute != "full":
@@ -267,8 +271,6 @@ def _partial_recompute_violations(s: Strategy) -> list[str]:
             f"recompute_layers = {r} must be a multiple of interleave = {s.interleave} "
             "(Megatron recomputes the same number of blocks in every model chunk)"
         )
-    if s.zero_stage == 3:
-        problems.append(f"recompute_layers = {r} is modelled with zero_stage 0..2, not 3")
     if s.offload_weights or s.offload_activations or s.offload_optimizer:
         problems.append(f"recompute_layers = {r} is modelled without offloading (offload_* = 0)")
     return problems
