@@ -203,3 +203,24 @@ def test_torchtitans_interleaved_405b_gain_over_1f1b() -> None:
     predicted = [predict_step_s(run) for run in pair]
     assert measured == pytest.approx(1.28, abs=0.005)
     assert predicted[0] / predicted[1] == pytest.approx(measured, rel=0.05)
+
+
+def test_torchtitan_virtual_stage_layout_round_trips() -> None:
+    """torchtitan's interleaved 405B layout: layers_per_stage 8 with first/last_stage_less_layers
+    1 over 16 virtual stages (generate_split_points), written and read back."""
+    model, system = as_model("llama3-405b"), as_system("dgx-h100")
+    s = Strategy(
+        tp=8,
+        pp=8,
+        dp=8,
+        micro_batch=4,
+        interleave=2,
+        recompute="full",
+        sequence_parallel=True,
+        zero_stage=3,
+        stage_layers=(7,) + (8,) * 14 + (7,),
+    )
+    emitted = launch.emit("torchtitan", model, system, JobSpec(global_batch=256), s)
+    assert "pipeline_parallel_first_stage_less_layers = 1" in emitted.text
+    back = launch.read("torchtitan", emitted.text, system)
+    assert back.strategy.stage_layers == s.stage_layers and back.strategy.interleave == 2

@@ -89,6 +89,9 @@ class Parsed:
     layout: str | None = None
     """Megatron-Core's --pipeline-model-parallel-layout string, where given (read against pp:
     planner.specs.layouts)."""
+    virtual_less_layers: tuple[int, int] = (0, 0)
+    """torchtitan's first/last_stage_less_layers with layers per virtual stage: the first and
+    last virtual stage that much lighter (settle gives the virtual stages)."""
     embedding_loss_slots: tuple[bool, bool] = (False, False)
     """Megatron-Core's --account-for-embedding-in-pipeline-split and
     --account-for-loss-in-pipeline-split."""

@@ -63,6 +63,12 @@ def settle(
         in_range(f"the {where}'s {knob}", knobs.get(knob), 1, high)
     if parsed.layers_per_virtual_stage is not None:
         knobs["interleave"] = _interleave(parsed, model.layers, int(knobs.get("pp", 1)))
+        first, last = parsed.virtual_less_layers
+        per_stage, pp_ranks = parsed.layers_per_virtual_stage, int(knobs.get("pp", 1))
+        stages = pp_ranks * int(knobs["interleave"])
+        if (first or last) and stages > 1 and per_stage * stages == model.layers + first + last:
+            inner = [per_stage] * (stages - 2)
+            knobs["stage_layers"] = (per_stage - first, *inner, per_stage - last)
     tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))
     if parsed.end_stage_layers != (None, None):
         knobs["stage_layers"] = _stage_layers(parsed, model.layers, pp)
