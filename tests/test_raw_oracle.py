@@ -179,8 +179,13 @@ def test_the_oracles_rules_are_planner_rules(problem, rng) -> None:
         mask = bool(valid_mask(ctx, space, values)[0])
         strategy = strategy_from_values({k: int(v[0]) for k, v in values.items()}, space)
         domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
-        capped = (not system.tp_across_domain and domain is not None and tp > domain) or (
-            (strategy.recompute_layers or 0) >= space.layouts[layout].last
+        # Stated caps: TP inside the domain, partial recompute of fewer blocks than the last
+        # stage holds, and interleaving over even stages only (uneven virtual stages, which the
+        # rules allow, are evaluated, not searched: README, --stage-layers).
+        capped = (
+            (not system.tp_across_domain and domain is not None and tp > domain)
+            or (strategy.recompute_layers or 0) >= space.layouts[layout].last
+            or (strategy.interleave > 1 and strategy.stage_layers is not None)
         )
         valid = not strategy_violations(model, system, job, strategy, gpus)
         assert mask == (valid and not capped), (strategy, valid, capped)
