@@ -32,6 +32,7 @@ from ortools.sat.python import cp_model
 from constraints.grid import PerBlock
 from constraints.tables import TableBuilder
 from constraints.variables import INT_LIMIT, Variables
+from planner.cost.interleave import fill_drain_hops
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ def add_step_time(
     # Overlapped P2P with interleaving shows only its excess over the passes (step.py).
     passes = (compute, forward, offload, partial)
     hidden_p2p = _pp_overlapped(variables, tables, passes, message, exact_exposure)
+    chunks = tables.chunk_overhead()
     bounds = []
     for layout, v, literals in variables.layout_interleaves():
         shown = None if hidden_p2p and v > 1 else message
@@ -83,6 +85,7 @@ def add_step_time(
             if shown is None and layout.pp > 1:  # v > 1: an even layout (layout_interleaves)
                 once, per_step = hidden_p2p
                 terms += [(v, per_step), (layout.pp - 1, once)]
+            terms += _interleave_terms(tables, layout.pp, v, message, chunks)
             bounds.append((v, terms, literals))
     pipeline = variables.new_int(
         "pipeline", max(upper(variables, terms) // v + 1 for v, terms, _ in bounds)
@@ -311,6 +314,23 @@ def _times_recomputed(variables: Variables, x: PerBlock) -> PerBlock:
         return product
 
     return PerBlock(once=times(x.once), per_step=times(x.per_step), pp_power=x.pp_power)
+
+
+def _interleave_terms(
+    tables: TableBuilder, p: int, v: int, message: PerBlock, chunks: PerBlock | None
+) -> list[tuple[int, cp_model.IntVar]]:
+    """v × interleaving's costs beyond the ideal bubble (planner/cost/interleave.py): the fill
+    and drain messages, hops·M with hops = fill_drain_hops(p, v, hidden), and the chunk steps
+    2·(v − 1)·o in every micro-batch's T: (n + (p − 1)/v)·C for C the chunk table's entry."""
+    if p == 1 or v == 1:
+        return []
+    hidden = tables.ctx.stack.pp_overlap
+    terms = []
+    if not tables.ctx.calculon:
+        terms.append((v * fill_drain_hops(p, v, hidden), message.once))
+    if chunks is not None:
+        terms += [(v * p**chunks.pp_power, chunks.per_step), (p - 1, chunks.once)]
+    return [(coef, var) for coef, var in terms if coef]
 
 
 def _pipeline_terms(

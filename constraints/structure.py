@@ -11,7 +11,7 @@ the canonical values of knobs that have no effect.
   multiple of pp (Megatron's interleaved schedule; the pair literals already admit only
   interleaves that divide the layers per stage);
 - partial recompute: recompute_layers fewer than every stage's blocks, a multiple of the
-  interleave, only as full recompute without ZeRO-3 or offloading (planner.space.rules);
+  interleave, only as full recompute without offloading (planner.space.rules);
 - rank order: TP, PP, DP only with cp = 1;
 - placement: a TP group stays inside one scale-up domain unless the system allows otherwise;
 - pins: each user pin is its own family, so a conflict can name it.
@@ -140,15 +140,14 @@ def add_experts(variables: Variables, model: ModelSpec) -> None:
 def add_partial_recompute(variables: Variables) -> None:
     """Partial recompute (recompute_layers r > 0, encoded as recompute none + r fully
     recomputed blocks per stage): fewer blocks than the last (lightest) stage holds, a multiple
-    of the interleave, without ZeRO-3 or offloading (planner.space.rules). Not a family: the
+    of the interleave, without offloading (planner.space.rules). Not a family: the
     step-time and memory encodings assume it (r·X per stage), so it is never relaxed; a pin that
     breaks it is the conflict a diagnosis names."""
     partial = variables.partial_literal()
     if partial is None:
         return
     values, m = variables.domains["recompute_layers"], variables.model
-    forbidden = [variables.is_value("zero_stage", 3)]
-    forbidden += [variables.is_value("recompute", code) for code in (1, 2)]
+    forbidden = [variables.is_value("recompute", code) for code in (1, 2)]
     forbidden += [
         chosen
         for knob in ("offload_weights", "offload_activations", "offload_optimizer")

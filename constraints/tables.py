@@ -49,6 +49,7 @@ from planner.cost.compute import block_times, lm_head_time_s
 from planner.cost.context import CostContext
 from planner.cost.experts import expert_dp_size
 from planner.cost.flops import model_flops_per_step
+from planner.cost.interleave import chunk_overhead_s
 from planner.cost.memory import (
     StageParams,
     block_activation_bytes,
@@ -396,6 +397,19 @@ class TableBuilder:
 
     def placement(self, g: Grid) -> np.ndarray | int:
         return g["placement"] if self.placement_axes else self.variables.domains["placement"][0]
+
+    def chunk_overhead(self) -> PerBlock | None:
+        """The interleaved schedule's chunk steps per micro-batch on a rank, 2·(v − 1)·o
+        (planner/cost/interleave.chunk_overhead_s), over the interleave; None where the stack
+        states no per-chunk time or the space has no interleaving."""
+        interleaves = self.variables.domains["interleave"]
+        if not self.ctx.stack.pp_chunk_overhead_us or max(interleaves) == 1:
+            return None
+        return self.per_block(
+            "chunk_overhead",
+            ("tp", "cp", "micro_batch", "interleave"),  # the per-step multiple needs the first 3
+            lambda ctx, g: chunk_overhead_s(ctx, 2, g["interleave"]),
+        )
 
     def pp_message(self) -> PerBlock:
         """One stage-to-stage message per micro-batch; its tier follows the pipeline's span

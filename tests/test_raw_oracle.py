@@ -179,8 +179,13 @@ def test_the_oracles_rules_are_planner_rules(problem, rng) -> None:
         mask = bool(valid_mask(ctx, space, values)[0])
         strategy = strategy_from_values({k: int(v[0]) for k, v in values.items()}, space)
         domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
-        capped = (not system.tp_across_domain and domain is not None and tp > domain) or (
-            (strategy.recompute_layers or 0) >= space.layouts[layout].last
+        # Stated caps: TP inside the domain, partial recompute of fewer blocks than the last
+        # stage holds, and interleaving over even stages only (uneven virtual stages, which the
+        # rules allow, are evaluated, not searched: README, --stage-layers).
+        capped = (
+            (not system.tp_across_domain and domain is not None and tp > domain)
+            or (strategy.recompute_layers or 0) >= space.layouts[layout].last
+            or (strategy.interleave > 1 and strategy.stage_layers is not None)
         )
         valid = not strategy_violations(model, system, job, strategy, gpus)
         assert mask == (valid and not capped), (strategy, valid, capped)
@@ -229,7 +234,11 @@ def test_issue_40s_long_context_problems_match_the_raw_oracle(
     result = plan(model_spec, system_spec, job, gpus)
     assert result.status == "optimal"
     assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
-    assert result.strategy.dp == 1 and result.strategy.cp > 1 and result.strategy.zero_stage > 0
+    # Mixtral's optimum had been pp 2 with 16 one-block chunks per rank for its two micro-batches
+    # (dp 1); with the fill and drain messages of interleaving priced (planner/cost/interleave.py)
+    # it is dp 2 without a pipeline: CP and ZeRO still pay.
+    assert result.strategy.dp == 1 or model == "mixtral-8x7b"
+    assert result.strategy.cp > 1 and result.strategy.zero_stage > 0
 
 
 def test_the_caps_name_the_layouts_the_space_leaves_out() -> None:

@@ -122,9 +122,11 @@ def test_tables_over_the_same_knobs_share_one_constraint() -> None:
             assert set(variables[: len(knobs)]) == knobs  # the knobs' columns first
             knob_sets.append(knobs)
             columns += len(variables) - len(knobs)
-    # 16 knob sets: under the multi-NIC ring the DP tables vary with the placement too (a DP
-    # group's members per node differ between the rank orders), 14 under the one-NIC ring.
-    assert len(knob_sets) == len(set(knob_sets)) == 16
+    # 18 knob sets: under the multi-NIC ring the DP tables vary with the placement too (a DP
+    # group's members per node differ between the rank orders), 14 under the one-NIC ring; the
+    # interleaved schedule's per-chunk steps (tables.chunk_overhead) add (tp, cp, micro_batch,
+    # interleave) and its per-step multiple.
+    assert len(knob_sets) == len(set(knob_sets)) == 18
     assert columns > len(knob_sets)  # several tables per constraint
     assert not built.variables.pending
 

@@ -54,8 +54,9 @@ ASSUMPTIONS = (
         stack_fields=("arithmetic",),
     ),
     Assumption(
-        "pipeline messages (never hidden, Calculon → hidden under the passes with interleaving)",
-        stack_fields=("pp_overlap",),
+        "pipeline messages (never hidden, Calculon → hidden under the passes with interleaving; "
+        "a model chunk's schedule step 0 → 200 µs)",
+        stack_fields=("pp_overlap", "pp_chunk_overhead_us"),
     ),
     Assumption(
         "TP placement (any network tier, Calculon → inside the NVLink domain)",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from planner.errors import InputError
 from planner.specs import limits as lim
+from planner.specs.layouts import parse_megatron_layout
 from planner.specs.quantities import OFFLOAD_STEPS, parse_eighths
 
 if TYPE_CHECKING:
@@ -19,38 +20,61 @@ if TYPE_CHECKING:
 
 def _stage_layers(text: str) -> tuple[str, ...]:
     """An argparse type: comma-separated whole numbers, one '...' allowed (expanded against
-    --pp in strategy_from)."""
+    --pp in strategy_from), or a Megatron-Core layout string with E, t and L (read against
+    --pp in strategy_from: planner.specs.layouts)."""
+    if "E" in text or "t" in text:
+        return ("layout", text)
     parts = tuple(part.strip() for part in text.split(","))
-    count = whole(1, lim.MAX_LAYERS)
+    count = whole(0, lim.MAX_LAYERS)
     if (
         parts.count("...") > 1
         or parts[0] == "..."
-        or not all(part == "..." or part.isdigit() for part in parts)
+        or not all(part == "..." or _run(part) for part in parts)
     ):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected whole numbers separated by commas, e.g. 5,6,...,6,5"
+            f"{text!r}: expected whole numbers separated by commas, e.g. 5,6,...,6,5 or "
+            "7,8x14,7 (8 on 14 stages), or a Megatron layout such as Et|(tt|)*6,tL"
         )
     for part in parts:
         if part != "...":
-            count(part)
+            blocks, _, times = part.partition("x")
+            count(blocks)
+            whole(1, lim.MAX_LAYERS)(times or "1")
     return parts
+
+
+def _run(part: str) -> bool:
+    """``8`` or ``8x14`` (8 blocks on each of 14 stages)."""
+    blocks, _, times = part.partition("x")
+    return blocks.isdigit() and (times.isdigit() or not _)
 
 
 def _expand_stage_layers(parts: tuple[str, ...] | None, pp: int) -> tuple[int, ...] | None:
     """5,6,...,6,5 with pp = 12 → (5, 6 × 10, 5): the entry before '...' fills the gap."""
     if parts is None:
         return None
+    if parts[0] == "layout":
+        return parse_megatron_layout(parts[1], pp)
     if "..." not in parts:
-        return tuple(int(part) for part in parts)
+        return tuple(_runs(parts))
     cut = parts.index("...")
-    head = [int(part) for part in parts[:cut]]
-    tail = [int(part) for part in parts[cut + 1 :]]
+    head = _runs(parts[:cut])
+    tail = _runs(parts[cut + 1 :])
     fill = pp - len(head) - len(tail)
     if fill < 0:
         raise InputError(
             f"--stage-layers {','.join(parts)}: {len(head) + len(tail)} stages given, --pp {pp}"
         )
     return tuple(head + [head[-1]] * fill + tail)
+
+
+def _runs(parts: tuple[str, ...]) -> list[int]:
+    """``7,8x3,7`` → [7, 8, 8, 8, 7]."""
+    blocks: list[int] = []
+    for part in parts:
+        count, _, times = part.partition("x")
+        blocks += [int(count)] * int(times or 1)
+    return blocks
 
 
 def whole(low: int, high: int) -> Callable[[str], int]:
@@ -330,7 +354,10 @@ def add_strategy_args(parser: argparse.ArgumentParser) -> None:
         type=_stage_layers,
         metavar="N,N,...",
         help="blocks per pipeline stage, first to last (e.g. 5,6,...,6,5: the stage before "
-        "the ellipsis repeats to fill --pp stages; default: layers / pp on each)",
+        "the ellipsis repeats to fill --pp stages; 7,8x14,7: 8 on 14 stages); with "
+        "--interleave v, pp entries (each split over its v chunks) or pp·v virtual stages in "
+        "pipeline order, also as a Megatron-Core --pipeline-model-parallel-layout string "
+        "('Et|(tt|)*62,tL'); default: layers / pp on each",
     )
     parser.add_argument(
         "--recompute",

@@ -53,6 +53,9 @@ class Knobs:
     """Blocks on the first stage; 0: layers / pp (an even layout). Likewise the two below."""
     middle_blocks: np.ndarray
     last_blocks: np.ndarray
+    chunk_blocks: np.ndarray
+    """The most blocks on one virtual stage of an interleaved uneven layout
+    (Strategy.chunk_blocks); 0: blocks / v (an even split of each rank over its chunks)."""
 
     @classmethod
     def of(cls, **values: object) -> Knobs:
@@ -62,6 +65,7 @@ class Knobs:
             **Strategy().model_dump(exclude=FRACTION_FIELDS),
             **dict.fromkeys(LAYOUT_FIELDS, 0),
             "recompute_layers": 0,
+            "chunk_blocks": 0,
         }
         merged = {name.name: values.get(name.name, defaults[name.name]) for name in fields(cls)}
         unknown = set(values) - set(merged)
@@ -82,6 +86,7 @@ class Knobs:
         if strategy.stage_layers is not None:
             first, middle, last = strategy.stage_blocks(sum(strategy.stage_layers))
             values.update(first_blocks=first, middle_blocks=middle, last_blocks=last)
+            values.update(chunk_blocks=strategy.chunk_blocks())
         return cls.of(**values)
 
     def as_dict(self) -> dict[str, np.ndarray]:

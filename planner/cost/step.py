@@ -73,6 +73,7 @@ from planner.cost.flops import (
     model_flops_per_step,
     recompute_flops_per_step,
 )
+from planner.cost.interleave import bubble_share, chunk_overhead_s, fill_drain_messages_s
 from planner.cost.knobs import Knobs
 from planner.cost.memory import (
     STAGES,
@@ -388,7 +389,8 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     dp_span, pipeline_span = group_spans(t, c, p, d, k["placement"])
     message = np.where(p > 1, pp_message_s(ctx, k["tp"], k["micro_batch"], pipeline_span, c), 0.0)
     hidden_p2p = (v > 1) & ctx.stack.pp_overlap
-    pp_s = {kind: pp_exposed_s(message, v, stage[kind], hidden_p2p) for kind in STAGES}
+    chunks_s = chunk_overhead_s(ctx, p, v)
+    pp_s = {kind: pp_exposed_s(message, v, stage[kind], hidden_p2p) + chunks_s for kind in STAGES}
     first_s = stage["first"].total_s + pp_s["first"]
     middle_s = np.where(stage_present(p, "middle"), stage["middle"].total_s + pp_s["middle"], 0.0)
     last_s = stage["last"].total_s + head + pp_s["last"]
@@ -412,6 +414,12 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         last_slowest, pp_s["last"], np.where(first_slowest, pp_s["first"], pp_s["middle"])
     )
     per_micro_batch = slowest_s
+    critical_blocks = np.where(
+        last_slowest, blocks["last"], np.where(first_slowest, blocks["first"], blocks["middle"])
+    )
+    bubble = (p - 1) * bubble_share(v, k["chunk_blocks"], critical_blocks) * per_micro_batch
+    if not ctx.calculon:  # Calculon's bubble is (p − 1)/v·T (planner/cost/calculon.py)
+        bubble = bubble + fill_drain_messages_s(p, v, message, hidden_p2p)
 
     overlap = np.asarray(k["dp_overlap"], dtype=bool) & ctx.stack.dp_overlap
     dp_exposed = np.zeros(np.broadcast(t, c, p, d, n).shape)
@@ -465,7 +473,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         present = stage_present(p, kind)
         dp_exposed = np.maximum(dp_exposed, np.where(present, exposed, 0.0))
         optimizer = np.maximum(optimizer, np.where(present, stage_optimizer, 0.0))
-    step = (n + (p - 1) / v) * per_micro_batch + dp_exposed + optimizer
+    step = n * per_micro_batch + bubble + dp_exposed + optimizer
     model_flops = model_flops_per_step(ctx)
     share = recomputed_share(ctx, p, blocks, partial)
     hardware_flops = (
@@ -485,7 +493,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         ep_comm_s=n * critical.ep_exposed_s,
         pp_comm_s=n * pp_per_micro_batch,
         offload_s=n * (critical.offload_forward_s + critical.offload_backward_s),
-        bubble_s=(p - 1) / v * per_micro_batch,
+        bubble_s=bubble,
         dp_comm_s=dp_exposed,
         optimizer_s=optimizer,
         step_time_s=step,

@@ -86,6 +86,15 @@ class Parsed:
     end_stage_layers: tuple[int | None, int | None] = (None, None)
     """Blocks on the first and the last pipeline stage where the configuration states them
     (Megatron's --decoder-first/last-pipeline-num-layers); the stages between share the rest."""
+    layout: str | None = None
+    """Megatron-Core's --pipeline-model-parallel-layout string, where given (read against pp:
+    planner.specs.layouts)."""
+    virtual_less_layers: tuple[int, int] = (0, 0)
+    """torchtitan's first/last_stage_less_layers with layers per virtual stage: the first and
+    last virtual stage that much lighter (settle gives the virtual stages)."""
+    embedding_loss_slots: tuple[bool, bool] = (False, False)
+    """Megatron-Core's --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split."""
     recompute_layers_per_chunk: int | None = None
     """Blocks fully recomputed per model chunk (Megatron's block method), where stated; the
     strategy's recompute_layers is this times the interleave."""

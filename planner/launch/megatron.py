@@ -23,7 +23,11 @@ Mapping (planner knob ↔ flags):
   ``--seq-length`` (and ``--max-position-embeddings``).
 - interleave v ↔ ``--num-layers-per-virtual-pipeline-stage`` = layers / (pp·v).
 - stage_layers ↔ ``--decoder-first-pipeline-num-layers``, ``--decoder-last-pipeline-num-layers``
-  (the stages between share the rest equally).
+  (the stages between share the rest equally; with interleaving each rank's blocks split over
+  its chunks, and v is written ``--num-virtual-stages-per-pipeline-rank``); stage_layers of pp·v
+  virtual stages ↔ ``--pipeline-model-parallel-layout`` (Megatron-Core's layout string, which
+  sets v; read also: ``--account-for-embedding-in-pipeline-split``,
+  ``--account-for-loss-in-pipeline-split``; planner.specs.layouts).
 - sequence_parallel ↔ ``--sequence-parallel`` (only with tp > 1, as in planner).
 - recompute full ↔ ``--recompute-granularity full --recompute-method uniform
   --recompute-num-layers 1``; with recompute_layers r, ``--recompute-method block
@@ -99,6 +103,7 @@ from planner.launch.common import (
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 from planner.specs import limits as lim
+from planner.specs.layouts import megatron_layout_text
 
 FORMAT = "megatron"
 VERSION = "Megatron-LM main @ d98e8a64dd (2026-08-22)"
@@ -118,6 +123,9 @@ FLAGS: dict[str, str] = {
     "interleave": "--num-layers-per-virtual-pipeline-stage",
     "first_stage_layers": "--decoder-first-pipeline-num-layers",
     "last_stage_layers": "--decoder-last-pipeline-num-layers",
+    "layout": "--pipeline-model-parallel-layout",
+    "embedding_slot": "--account-for-embedding-in-pipeline-split",
+    "loss_slot": "--account-for-loss-in-pipeline-split",
     "sequence_parallel": "--sequence-parallel",
     "recompute": "--recompute-granularity",
     "zero_stage": "--use-distributed-optimizer",
@@ -221,9 +229,14 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         (FLAGS["pp"], s.pp),
         (FLAGS["cp"], s.cp),
     ]
-    if s.interleave > 1:
+    per_virtual = s.stage_layers is not None and len(s.stage_layers) == s.pp * s.interleave > s.pp
+    if per_virtual:
+        flags.append((FLAGS["layout"], shlex.quote(megatron_layout_text(s.stage_layers))))
+    elif s.interleave > 1 and s.stage_layers is not None:
+        flags.append(("--num-virtual-stages-per-pipeline-rank", s.interleave))
+    elif s.interleave > 1:
         flags.append((FLAGS["interleave"], model.layers // (s.pp * s.interleave)))
-    if s.stage_layers is not None:
+    if s.stage_layers is not None and not per_virtual:
         flags.append((FLAGS["first_stage_layers"], s.stage_layers[0]))
         flags.append((FLAGS["last_stage_layers"], s.stage_layers[-1]))
     if model.is_moe:
@@ -453,6 +466,8 @@ def read(text: str, system: SystemSpec) -> Parsed:
         args.whole(FLAGS["first_stage_layers"]),
         args.whole(FLAGS["last_stage_layers"]),
     )
+    parsed.layout = args.text(FLAGS["layout"])
+    parsed.embedding_loss_slots = (args.has(FLAGS["embedding_slot"]), args.has(FLAGS["loss_slot"]))
     _read_recompute(args, parsed)
     _read_zero(args, parsed)
     _read_offload(args, parsed, system)

@@ -187,7 +187,13 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         KEYS["grad_dtype"]: job.grad_dtype == "fp32",
         KEYS["precision"]: "bf16-mixed",
     }
-    if s.stage_layers is not None:
+    if s.stage_layers is not None and len(s.stage_layers) != s.pp:
+        notes.append(
+            f"stage_layers of {len(s.stage_layers)} virtual stages: written as even stages (the "
+            "NeMo 2 keys here hold first/last stage counts only; Megatron-LM's "
+            "--pipeline-model-parallel-layout states it: planner launch --format megatron)"
+        )
+    elif s.stage_layers is not None:
         values[KEYS["first_stage_layers"]] = s.stage_layers[0]
         values[KEYS["last_stage_layers"]] = s.stage_layers[-1]
     if s.zero_stage >= 2:

@@ -15,6 +15,7 @@ from planner.specs import (
     SystemSpec,
 )
 from planner.specs import limits as lim
+from planner.specs.layouts import embedding_loss_layout, parse_megatron_layout
 
 
 def match_catalog(model: ModelSpec) -> ModelSpec:
@@ -62,9 +63,23 @@ def settle(
         in_range(f"the {where}'s {knob}", knobs.get(knob), 1, high)
     if parsed.layers_per_virtual_stage is not None:
         knobs["interleave"] = _interleave(parsed, model.layers, int(knobs.get("pp", 1)))
+        first, last = parsed.virtual_less_layers
+        per_stage, pp_ranks = parsed.layers_per_virtual_stage, int(knobs.get("pp", 1))
+        stages = pp_ranks * int(knobs["interleave"])
+        if (first or last) and stages > 1 and per_stage * stages == model.layers + first + last:
+            inner = [per_stage] * (stages - 2)
+            knobs["stage_layers"] = (per_stage - first, *inner, per_stage - last)
     tp, cp, pp = (int(knobs.get(k, 1)) for k in ("tp", "cp", "pp"))
     if parsed.end_stage_layers != (None, None):
         knobs["stage_layers"] = _stage_layers(parsed, model.layers, pp)
+    if parsed.layout is not None:
+        knobs["stage_layers"] = parse_megatron_layout(parsed.layout, pp)
+        knobs["interleave"] = len(knobs["stage_layers"]) // pp
+    elif any(parsed.embedding_loss_slots):
+        v = int(knobs.get("interleave", 1))
+        stages = embedding_loss_layout(model.layers, pp, v, *parsed.embedding_loss_slots)
+        if len(set(stages)) > 1:
+            knobs["stage_layers"] = stages
     if parsed.recompute_layers_per_chunk is not None:
         knobs["recompute_layers"] = _recompute_layers(parsed, knobs, model.layers)
     if gpus is None:

@@ -22,7 +22,9 @@ micro_batch ↔
 ``pipeline_parallel_microbatch_size`` with pp (``training.local_batch_size`` = global batch / dp),
 ``training.local_batch_size`` without (gradient accumulation up to ``training.global_batch_size``);
 interleave ↔ ``pipeline_parallel_schedule = "Interleaved1F1B"`` with
-``pipeline_parallel_layers_per_stage`` = layers / (pp·v) (first/last stage less layers 0);
+``pipeline_parallel_layers_per_stage`` = layers / (pp·v) (first/last stage less layers 0;
+stage_layers of pp·v virtual stages f, m, ..., m, l with f, l ≤ m ↔ layers per stage m and first/
+last stage less layers m − f, m − l);
 recompute ↔ ``activation_checkpoint.mode`` (selective: ``selective_ac_option = "op"``, op-level
 SAC); sequence_parallel: torchtitan's TP always shards norms over the sequence (tp > 1 ⇒ SP);
 tp_overlap ↔ ``enable_async_tensor_parallel`` (needs ``compile.enable``); dp_overlap: FSDP2
@@ -542,10 +544,11 @@ def _read_pipeline(keys: _Keys, parsed: Parsed, pp: int) -> None:
         parsed.knobs["interleave"] = 1
         parsed.knobs["stage_layers"] = (ends[0], *[per_stage] * (pp - 2), ends[1])
         return
-    if first or last:
+    if (first or last) and per_stage is None:
         parsed.notes.append(
             f"pp: first/last stages carry {first}/{last} fewer layers; planner splits evenly"
         )
+    parsed.virtual_less_layers = (first, last)
     if per_stage is None:
         parsed.knobs["interleave"] = 1 if schedule in SINGLE_STAGE else 2
     else:
@@ -583,12 +586,33 @@ def _read_job(keys: _Keys, parsed: Parsed) -> None:
     parsed.job["grad_dtype"] = "fp32"
 
 
+def _uneven_virtual_stages(s: Strategy, notes: list[str]) -> dict[str, int]:
+    """Virtual stages (f, m, ..., m, l) with f, l ≤ m as layers_per_stage m and
+    first/last_stage_less_layers m − f, m − l (torchtitan's generate_split_points: its 405B
+    interleaved run's 7,8x14,7); other layouts cannot be said."""
+    stages = s.stage_layers
+    middle = stages[1]
+    if len(set(stages[1:-1])) > 1 or stages[0] > middle or stages[-1] > middle:
+        notes.append(
+            f"stage_layers of {len(stages)} virtual stages: torchtitan takes equal virtual "
+            "stages with a lighter first and last; emitted as an even split"
+        )
+        return {}
+    return {
+        "pipeline_parallel_layers_per_stage": middle,
+        "pipeline_parallel_first_stage_less_layers": middle - stages[0],
+        "pipeline_parallel_last_stage_less_layers": middle - stages[-1],
+    }
+
+
 def _uneven_stages(s: Strategy, layers: int, notes: list[str]) -> dict[str, int]:
     """stage_layers (f, m, ..., m, l) as layers_per_stage m with first/last_stage_less_layers
     m − f and m − l (torchtitan counts the missing layers as the embedding's and head's
     weight); a first or last stage heavier than the middle ones cannot be said."""
     if s.stage_layers is None:
         return {}
+    if len(s.stage_layers) != s.pp:
+        return _uneven_virtual_stages(s, notes)
     first, middle, last = s.stage_blocks(layers)
     if first > middle or last > middle:
         notes.append(

@@ -201,7 +201,7 @@ def _axonn_mask(ctx: CostContext, t, x, z, b, placement) -> np.ndarray:
 def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) -> np.ndarray:
     """The rules that involve the other knobs, vectorised: MoE with tp > 1 needs sequence
     parallelism; partial recompute (recompute code 0 with recompute_layers r > 0) is modelled
-    with ZeRO ≤ 2, no offloading and r a multiple of the interleave; and the user's pins."""
+    without offloading and with r a multiple of the interleave; and the user's pins."""
     t, r, v = k["tp"], k["recompute_layers"], k["interleave"]
     ok = np.ones(np.shape(r), dtype=bool)
     if ctx.model.is_moe:
@@ -213,7 +213,7 @@ def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) 
         ok &= k["offload_optimizer"] == 0
     offloaded = (k["offload_weights"] > 0) | (k["offload_activations"] > 0)
     offloaded |= k["offload_optimizer"] > 0
-    ok &= (r == 0) | ((k["recompute"] == 0) & (k["zero_stage"] < 3) & ~offloaded & (r % v == 0))
+    ok &= (r == 0) | ((k["recompute"] == 0) & ~offloaded & (r % v == 0))
     # A stated cap: partial recompute of fewer blocks than the lightest (last) stage holds.
     ok &= r < k["last_blocks"]
     if ctx.calculon:  # rules.calculon_violations

@@ -283,29 +283,50 @@ def _expert_violations(model: ModelSpec, s: Strategy) -> list[str]:
 
 
 def _layout_violations(model: ModelSpec, s: Strategy) -> list[str]:
-    """Megatron's layouts: pp stages holding all the blocks, the first and the last stage free,
-    the stages between them equal."""
+    """Megatron's layouts (planner.specs.layouts): pp stages holding all the blocks, the first and
+    the last stage free, the stages between them equal, each divisible by the interleave
+    (``--decoder-first/last-pipeline-num-layers``); or pp·v virtual stages, any split with every
+    rank holding a block (``--pipeline-model-parallel-layout``)."""
     layers = s.stage_layers or ()
     text = ",".join(map(str, layers))
-    if len(layers) != s.pp:
-        return [f"stage_layers = {text}: {len(layers)} stages, pp = {s.pp}"]
+    per_virtual = len(layers) == s.pp * s.interleave and s.interleave > 1
+    if len(layers) != s.pp and not per_virtual:
+        wanted = f"pp = {s.pp}" + (
+            f" or pp·interleave = {s.pp * s.interleave}" if s.interleave > 1 else ""
+        )
+        return [f"stage_layers = {text}: {len(layers)} stages, {wanted}"]
     if sum(layers) != model.layers:
         return [f"stage_layers = {text}: {sum(layers)} blocks, the model has {model.layers}"]
+    if per_virtual:
+        if min(s.rank_blocks()) < 1:
+            return [f"stage_layers = {text}: every pipeline rank must hold a block"]
+        return []
+    if min(layers) < 1:
+        return [f"stage_layers = {text}: every stage must hold a block"]
     if len(set(layers[1:-1])) > 1:
         return [
             f"stage_layers = {text}: the stages between the first and the last must be equal "
-            "(Megatron's --decoder-first/last-pipeline-num-layers)"
+            "(Megatron's --decoder-first/last-pipeline-num-layers; or give pp·interleave "
+            "virtual stages)"
+        ]
+    if s.interleave > 1 and any(blocks % s.interleave for blocks in layers):
+        return [
+            f"stage_layers = {text}: with interleave = {s.interleave} each stage's blocks must "
+            "divide by it (Megatron splits a stage evenly over its model chunks; or give "
+            "pp·interleave virtual stages)"
         ]
     return []
 
 
 def _interleave_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:
     problems = []
-    if s.stage_layers is not None and len(set(s.stage_layers)) > 1:
-        problems.append(f"interleave = {s.interleave} needs equal stages (stage_layers unset)")
     if s.pp == 1:
         problems.append(f"interleave = {s.interleave} needs pp > 1")
-    elif model.layers % s.pp == 0 and (model.layers // s.pp) % s.interleave:
+    elif (
+        s.stage_layers is None
+        and model.layers % s.pp == 0
+        and (model.layers // s.pp) % s.interleave
+    ):
         per_stage = model.layers // s.pp
         problems.append(
             f"interleave = {s.interleave} must divide the {per_stage} layers per stage; "
@@ -322,8 +343,12 @@ def _interleave_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[
 
 def _partial_recompute_violations(s: Strategy) -> list[str]:
     """Megatron's block recompute: part of each stage's blocks fully recomputed, the same count
-    in every model chunk. Modelled with ZeRO ≤ 2 and without offloading (the ZeRO-3 re-gather
-    and the offload stalls of a partly recomputed stage are not)."""
+    in every model chunk. Modelled without offloading (the offload stalls of a partly recomputed
+    stage are not). With ZeRO-3 (Megatron-Bridge's H100 8B FP8 recipe: 5 blocks fully recomputed
+    under Megatron-FSDP) the recomputed blocks' forward runs inside their own backward, whose
+    weights are gathered for it: no re-gather is charged for them (as for FSDP stacks under full
+    recompute, parallel_comm.dp_comm_times_s); a ZeRO-3 that gathers again (DeepSpeed) is
+    charged too little by one gather of r/k of the stage per micro-batch."""
     r = s.recompute_layers
     problems = []
     if s.recompute != "full":
@@ -333,8 +358,6 @@ def _partial_recompute_violations(s: Strategy) -> list[str]:
             f"recompute_layers = {r} must be a multiple of interleave = {s.interleave} "
             "(Megatron recomputes the same number of blocks in every model chunk)"
         )
-    if s.zero_stage == 3:
-        problems.append(f"recompute_layers = {r} is modelled with zero_stage 0..2, not 3")
     if s.offload_weights or s.offload_activations or s.offload_optimizer:
         problems.append(f"recompute_layers = {r} is modelled without offloading (offload_* = 0)")
     return problems

@@ -416,13 +416,12 @@ def _partial_recompute_values(
     domains: dict[str, tuple[int, ...]], pins: dict[str, int], layouts: tuple[Layout, ...]
 ) -> tuple[int, ...]:
     """0 (no partial recompute) and, where partial recompute can be chosen (full recompute
-    offered, recompute not pinned, ZeRO ≤ 2 and no offloading possible), 1 .. the most blocks a
+    offered, recompute not pinned and no offloading possible), 1 .. the most blocks a
     last stage holds − 1 (fewer than every stage holds: recomputing them all is full
     recompute). A pinned value is kept (rules name the conflict)."""
     possible = (
         RECOMPUTE_CODES["full"] in domains["recompute"]
         and ("recompute" not in pins or "recompute_layers" in pins)
-        and min(domains["zero_stage"]) < 3
         and all(
             0 in domains[k] for k in ("offload_weights", "offload_activations", "offload_optimizer")
         )

@@ -66,6 +66,10 @@ class StackProfile(Spec):
     pp_overlap: bool = False
     """Pipeline point-to-point sends and receives run asynchronously under compute (with the
     interleaved schedule)."""
+    pp_chunk_overhead_us: float = Field(default=0.0, ge=0, le=1e5)
+    """Fixed time of one model chunk's forward or backward step in the interleaved schedule
+    (P2P posted and waited on, buffers, hooks): interleaving v chunks adds 2·(v − 1) per
+    micro-batch (planner/cost/interleave.py)."""
     ep_overlap: bool = False
     """The expert-parallel token dispatch and combine (all-to-all) run under another
     micro-batch's compute (DeepSeek's DualPipe; Megatron-Core's

@@ -102,8 +102,13 @@ class Strategy(Spec):
     PP before DP (``tp-pp-dp``: the pipeline spans t·pp GPUs, a DP group all of them)."""
     stage_layers: tuple[int, ...] | None = None
     """Blocks on each pipeline stage, first to last (None: layers / pp on every stage).
-    Megatron's layouts: the first and the last stage free (``--decoder-first-pipeline-num-layers``,
-    ``--decoder-last-pipeline-num-layers``), the stages between them equal."""
+    pp entries: one per rank (Megatron's ``--decoder-first-pipeline-num-layers``,
+    ``--decoder-last-pipeline-num-layers``: the first and the last free, the stages between them
+    equal; with interleave v each rank's blocks split evenly over its v model chunks). pp·v
+    entries: one per virtual stage in pipeline order, virtual stage j·pp + r being model chunk j
+    of rank r (Megatron-Core's ``--pipeline-model-parallel-layout``, which may leave the first or
+    last virtual stage with 0 blocks: the embedding or the loss slot alone; planner.specs.layouts
+    reads the layout strings and the embedding/loss accounting)."""
 
     @field_validator(*(f"offload_{kind}_fraction" for kind in OFFLOAD_KINDS))
     @classmethod
@@ -125,17 +130,50 @@ class Strategy(Spec):
     @field_validator("stage_layers")
     @classmethod
     def _stage_layers_positive(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
-        if value is not None and (not value or min(value) < 1 or max(value) > lim.MAX_LAYERS):
-            raise ValueError(f"every stage holds 1..{lim.MAX_LAYERS} blocks")
+        if value is not None and (
+            not value or min(value) < 0 or max(value) > lim.MAX_LAYERS or sum(value) < 1
+        ):
+            raise ValueError(f"every stage holds 0..{lim.MAX_LAYERS} blocks, some at least 1")
         return value
 
-    def stage_blocks(self, layers: int) -> tuple[int, int, int]:
-        """(first, middle, last) stage block counts; middle is the first's when pp ≤ 2."""
+    def virtual_stages(self) -> tuple[int, ...] | None:
+        """Blocks per virtual stage in pipeline order (pp·v entries; virtual stage j·pp + r is
+        chunk j of rank r), from stage_layers of pp·v entries as given, or of pp entries with
+        each rank's blocks split evenly over its v chunks (Megatron-Core's
+        get_num_layers_to_build, rounding down where v does not divide them); None when
+        stage_layers is unset."""
         if self.stage_layers is None:
+            return None
+        p, v = self.pp, self.interleave
+        if len(self.stage_layers) == p * v:
+            return self.stage_layers
+        return tuple(self.stage_layers[r] // v for _ in range(v) for r in range(p))
+
+    def rank_blocks(self) -> tuple[int, ...] | None:
+        """Blocks each pipeline rank holds over its model chunks (None: even layout)."""
+        if self.stage_layers is None:
+            return None
+        if len(self.stage_layers) == self.pp:
+            return self.stage_layers
+        stages = self.virtual_stages()
+        return tuple(sum(stages[r :: self.pp]) for r in range(self.pp))
+
+    def chunk_blocks(self) -> int:
+        """The most blocks one virtual stage (model chunk) holds; 0 for an even layout or
+        without interleaving (the cost model then takes blocks / v)."""
+        if self.stage_layers is None or self.interleave == 1:
+            return 0
+        return max(self.virtual_stages())
+
+    def stage_blocks(self, layers: int) -> tuple[int, int, int]:
+        """(first, middle, last) rank block counts, middle the most loaded rank between them
+        (the first's when pp ≤ 2)."""
+        ranks = self.rank_blocks()
+        if ranks is None:
             even = layers // self.pp
             return even, even, even
-        first, last = self.stage_layers[0], self.stage_layers[-1]
-        middle = self.stage_layers[1] if len(self.stage_layers) > 2 else first
+        first, last = ranks[0], ranks[-1]
+        middle = max(ranks[1:-1]) if len(ranks) > 2 else first
         return first, middle, last
 
     @property
@@ -214,8 +252,17 @@ def _eighths_text(fraction: float) -> str:
 
 
 def _layout_text(stage_layers: tuple[int, ...]) -> str:
-    """``6,6,...,6,4`` style: the first, the repeated middle (once, with an ellipsis), the last."""
+    """``6,6,...,6,4`` style: the first, the repeated middle (once, with an ellipsis), the last;
+    runs as ``2x35,3,2x3,1`` when the stages between the first and the last differ."""
     if len(stage_layers) <= 4:
         return ",".join(map(str, stage_layers))
+    if len(set(stage_layers[1:-1])) > 1:
+        runs: list[list[int]] = []
+        for blocks in stage_layers:
+            if runs and runs[-1][0] == blocks:
+                runs[-1][1] += 1
+            else:
+                runs.append([blocks, 1])
+        return ",".join(f"{b}x{n}" if n > 1 else str(b) for b, n in runs)
     first, middle, last = stage_layers[0], stage_layers[1], stage_layers[-1]
     return f"{first},{middle},...,{middle},{last}"
