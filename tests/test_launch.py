@@ -35,7 +35,16 @@ GPT3_ARGS = HERE / "fixtures" / "launch" / "pretrain_gpt3_175B.args"
 OFFLOAD_SYSTEM = "h100-offload-512g"
 """A system whose tier 1 is host memory, so CPU offloading is expressible."""
 OK, BAD, INFEASIBLE, UNKNOWN = 0, 2, 3, 4
-JOB_FIELDS = ("global_batch", "seq_len", "precision", "grad_dtype", "attention")
+JOB_FIELDS = (
+    "global_batch",
+    "seq_len",
+    "precision",
+    "grad_dtype",
+    "attention",
+    "compile",
+    "bf16_first_blocks",
+    "bf16_last_blocks",
+)
 MODELS = {
     "megatron": ["llama3-8b", "gpt3-1.3b"],
     "nemo": ["llama3-8b", "gpt3-1.3b"],
@@ -101,7 +110,10 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
     job = JobSpec(
         global_batch=dp * micro * pp * draw(st.integers(1, 3)),
         seq_len=draw(st.sampled_from([2048, 4096])),
-        precision=draw(st.sampled_from(["bf16", "fp8"])),
+        precision=draw(st.sampled_from(["bf16", "fp8", "fp8-current", "fp8-rowwise"])),
+        bf16_first_blocks=draw(st.sampled_from([0, 1, 2])),
+        bf16_last_blocks=draw(st.sampled_from([0, 1])),
+        compile=draw(st.booleans()),
         grad_dtype=draw(st.sampled_from(["fp32", "bf16"])),
         attention=draw(st.sampled_from(["flash", "materialized"])),
     )
@@ -807,10 +819,13 @@ def test_megatron_reads_multi_node_launchers(launcher: str) -> None:
     """The GPU count comes from the multi-node launcher forms: srun before torchrun, Megatron's
     examples' --node_rank/--master_addr, an environment assignment, --flag=value."""
     text = launch.emit(
-        "megatron", as_model("llama3-70b"), as_system("dgx-h100"), JobSpec(global_batch=1024),
+        "megatron",
+        as_model("llama3-70b"),
+        as_system("dgx-h100"),
+        JobSpec(global_batch=1024),
         MULTI_NODE,
     ).text
-    body = text[text.index("pretrain_gpt.py"):]
+    body = text[text.index("pretrain_gpt.py") :]
     back = launch.read("megatron", f"{launcher} {body}", as_system("dgx-h100"))
     assert back.strategy == MULTI_NODE
 
