@@ -166,3 +166,19 @@ def test_cached_fp8_weights_cost_memory_only_where_the_stack_caches_them() -> No
     torchtitan = {"stack": "torchtitan"}
     assert weights(precision="fp8-current", **torchtitan) == weights(**torchtitan)
     assert np.isfinite(weights(precision="fp8-rowwise"))
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp8-current", "mxfp8"])
+def test_every_low_precision_recipe_dispatches_experts_in_fp8(precision: str) -> None:
+    """StackProfile.fp8_dispatch applies under any FP8/FP4 recipe (the ``fp8`` alias too)."""
+    from planner.cost.experts import expert_traffic_s
+
+    def traffic(recipe: str) -> float:
+        ctx = CostContext(
+            hardware_catalog.load_model("deepseek-v3"),
+            hardware_catalog.load_system("gb200-nvl72"),
+            JobSpec(global_batch=64, seq_len=4096, precision=recipe, stack="hai-llm"),
+        )
+        return float(expert_traffic_s(ctx, 1, 0, 8, 1, 0))
+
+    assert traffic(precision) < traffic("bf16")
