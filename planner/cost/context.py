@@ -60,9 +60,10 @@ def check_precision(job: JobSpec, accelerator: AcceleratorSpec) -> PrecisionReci
             for name in hardware_catalog.precision_names()
             if unsupported_because(load_recipe(name), accelerator) is None
         ]
+        also = f" (alias {', '.join(recipe.aliases)})" if recipe.aliases else ""
         raise InputError(
-            f"job.precision = {job.precision!r}: the accelerator {accelerator.name!r} has {why}; "
-            f"allowed here: {', '.join(allowed)}"
+            f"job.precision = {job.precision!r}{also}: the accelerator {accelerator.name!r} has "
+            f"{why}; allowed here: {', '.join(allowed)}"
         )
     return recipe
 
