@@ -376,12 +376,16 @@ class _Keys:
         self.read: set[str] = set()
 
     def _flatten(self, prefix: str, data: dict[str, object]) -> None:
-        """Nested tables (``[quantize.linear.float8]``) as dotted keys."""
+        """Sections' keys as dotted keys, and deeper tables (``[quantize.linear.float8]``)
+        where a key of the table lies below them; any other table stays one value (a type
+        error where a key's value is expected)."""
         for key, value in data.items():
-            if isinstance(value, dict):
-                self._flatten(f"{prefix}{key}.", value)
+            path = f"{prefix}{key}"
+            nested = not prefix or any(k.startswith(f"{path}.") for k in KEYS.values())
+            if isinstance(value, dict) and nested:
+                self._flatten(f"{path}.", value)
             else:
-                self.flat[f"{prefix}{key}"] = value
+                self.flat[path] = value
 
     def get(self, knob: str, kind: type, default: Any = None) -> Any:
         key = KEYS[knob]
