@@ -1,6 +1,7 @@
 """The built-in catalog: systems (``systems/*.yaml``), model presets (``models/*.yaml``),
-training-stack profiles (``stacks/*.yaml``) and reliability profiles (``reliability/*.yaml``:
-failure rates, checkpoint storage, restart costs).
+training-stack profiles (``stacks/*.yaml``), reliability profiles (``reliability/*.yaml``:
+failure rates, checkpoint storage, restart costs) and low-precision recipes
+(``precisions/*.yaml``).
 
 Every data file of the package (these and ``calibration/``) is read through
 ``importlib.resources`` (``CATALOG``), never a path relative to the source tree, so an installed
@@ -28,7 +29,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import InputError, describe_validation_error
-from planner.specs import ModelSpec, ReliabilityProfile, StackProfile, SystemSpec
+from planner.specs import (
+    ModelSpec,
+    PrecisionRecipe,
+    ReliabilityProfile,
+    StackProfile,
+    SystemSpec,
+)
 
 CATALOG: Traversable = files(__name__)
 """The package's data as an importlib.resources tree: ``CATALOG / "systems" / "dgx-h100.yaml"``."""
@@ -172,6 +179,11 @@ def reliability_names() -> list[str]:
     return _names("reliability")
 
 
+def precision_names() -> list[str]:
+    """Canonical names of the built-in precision recipes."""
+    return _names("precisions")
+
+
 def is_spec_path(name: str) -> bool:
     """Whether a name stands for a user's spec file rather than a catalog entry."""
     return name.endswith((".yaml", ".yml", ".json")) or "/" in name or "\\" in name
@@ -233,3 +245,8 @@ def load_stack(name: str) -> StackProfile:
 def load_reliability(name: str) -> ReliabilityProfile:
     """A built-in reliability profile by name or alias, or a profile spec file by path."""
     return _resolve("reliability", name, ReliabilityProfile, "reliability profile")
+
+
+def load_precision(name: str) -> PrecisionRecipe:
+    """A built-in precision recipe by name or alias (``precisions/*.yaml``)."""
+    return _resolve("precisions", name, PrecisionRecipe, "precision recipe")

@@ -38,7 +38,16 @@ OK, BAD, INFEASIBLE, UNKNOWN = 0, 2, 3, 4
 GENERIC_FORMATS = [fmt for fmt in launch.FORMATS if fmt != "axonn"]
 """The formats that run a job under any stack; axonn's runs under the axonn stack only (its
 round trips: tests/test_launch_axonn.py)."""
-JOB_FIELDS = ("global_batch", "seq_len", "precision", "grad_dtype", "attention")
+JOB_FIELDS = (
+    "global_batch",
+    "seq_len",
+    "precision",
+    "grad_dtype",
+    "attention",
+    "compile",
+    "bf16_first_blocks",
+    "bf16_last_blocks",
+)
 MODELS = {
     "megatron": ["llama3-8b", "gpt3-1.3b"],
     "nemo": ["llama3-8b", "gpt3-1.3b"],
@@ -104,7 +113,10 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
     job = JobSpec(
         global_batch=dp * micro * pp * draw(st.integers(1, 3)),
         seq_len=draw(st.sampled_from([2048, 4096])),
-        precision=draw(st.sampled_from(["bf16", "fp8"])),
+        precision=draw(st.sampled_from(["bf16", "fp8", "fp8-current", "fp8-rowwise"])),
+        bf16_first_blocks=draw(st.sampled_from([0, 1, 2])),
+        bf16_last_blocks=draw(st.sampled_from([0, 1])),
+        compile=draw(st.booleans()),
         grad_dtype=draw(st.sampled_from(["fp32", "bf16"])),
         attention=draw(st.sampled_from(["flash", "materialized"])),
     )
@@ -810,10 +822,13 @@ def test_megatron_reads_multi_node_launchers(launcher: str) -> None:
     """The GPU count comes from the multi-node launcher forms: srun before torchrun, Megatron's
     examples' --node_rank/--master_addr, an environment assignment, --flag=value."""
     text = launch.emit(
-        "megatron", as_model("llama3-70b"), as_system("dgx-h100"), JobSpec(global_batch=1024),
+        "megatron",
+        as_model("llama3-70b"),
+        as_system("dgx-h100"),
+        JobSpec(global_batch=1024),
         MULTI_NODE,
     ).text
-    body = text[text.index("pretrain_gpt.py"):]
+    body = text[text.index("pretrain_gpt.py") :]
     back = launch.read("megatron", f"{launcher} {body}", as_system("dgx-h100"))
     assert back.strategy == MULTI_NODE
 

@@ -1,5 +1,5 @@
-"""`planner catalog`: list or show the built-in systems, models, training stacks and
-reliability profiles."""
+"""`planner catalog`: list or show the built-in systems, models, training stacks, reliability
+profiles and precision recipes."""
 
 from __future__ import annotations
 
@@ -16,16 +16,19 @@ if TYPE_CHECKING:
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The `catalog` command's parser, under ``commands``."""
     catalog = commands.add_parser(
-        "catalog", help="list or show built-in systems, models, stacks and reliability profiles"
+        "catalog",
+        help="list or show built-in systems, models, stacks, reliability profiles and precisions",
     )
     catalog.add_argument(
         "what",
-        choices=["systems", "models", "stacks", "reliability", "show"],
-        help="list the systems, models, training stacks or reliability profiles, or show one "
-        "entry's every field",
+        choices=["systems", "models", "stacks", "reliability", "precisions", "show"],
+        help="list the systems, models, training stacks, reliability profiles or precision "
+        "recipes, or show one entry's every field",
     )
     catalog.add_argument(
-        "name", nargs="?", help="with show: a system, model, stack or reliability profile"
+        "name",
+        nargs="?",
+        help="with show: a system, model, stack, reliability profile or precision recipe",
     )
     catalog.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -45,6 +48,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
             catalog.reliability_names,
             catalog.load_reliability,
             catalog_report.reliability_table,
+        ),
+        "precisions": (
+            catalog.precision_names,
+            catalog.load_precision,
+            catalog_report.precisions_table,
         ),
     }
     if args.what in listings:
@@ -95,6 +103,7 @@ def _find_any(name: str):
             hardware_catalog.load_model,
             hardware_catalog.load_stack,
             hardware_catalog.load_reliability,
+            hardware_catalog.load_precision,
         )
         for load in loaders:
             try:
@@ -102,5 +111,7 @@ def _find_any(name: str):
             except InputError:
                 pass
         raise InputError(
-            str(system_error).replace("system", "system, model, stack or reliability profile", 1)
+            str(system_error).replace(
+                "system", "system, model, stack, reliability profile or precision", 1
+            )
         ) from None

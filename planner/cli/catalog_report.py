@@ -11,7 +11,13 @@ from rich.text import Text
 
 from planner.cli.layout import print_table
 from planner.cli.report import format_params
-from planner.specs import ModelSpec, ReliabilityProfile, StackProfile, SystemSpec
+from planner.specs import (
+    ModelSpec,
+    PrecisionRecipe,
+    ReliabilityProfile,
+    StackProfile,
+    SystemSpec,
+)
 
 
 def systems_table(systems: list[SystemSpec]) -> Table:
@@ -92,6 +98,28 @@ def stacks_table(stacks: list[StackProfile]) -> Table:
             f"{s.layer_overhead_us:.3g}",
             ", ".join(overlaps) or "-",
             s.grad_dtype,
+        )
+    return table
+
+
+def precisions_table(recipes: list[PrecisionRecipe]) -> Table:
+    """The precision recipes: GEMM format, bf16 edge blocks, cast traffic per element
+    (input / output gradient / weight), cached weight copy bytes, what they need."""
+    table = Table(title="Precision recipes", title_justify="left")
+    table.add_column("name")
+    for column in ("GEMMs", "bf16 first/last", "cast B/elem in/grad/w", "weight copy B", "needs"):
+        table.add_column(column, justify="left" if column == "needs" else "right")
+    for r in recipes:
+        needs = "block scaling" if r.needs_block_scaling else "-"
+        if r.aliases:
+            needs += f" (alias {', '.join(r.aliases)})"
+        table.add_row(
+            r.name,
+            r.gemm_format,
+            f"{r.bf16_first_blocks}/{r.bf16_last_blocks}",
+            f"{r.input_cast_bytes:g}/{r.grad_cast_bytes:g}/{r.weight_cast_bytes:g}",
+            f"{r.weight_copy_bytes:g}",
+            needs,
         )
     return table
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from planner.errors import InputError
 from planner.specs import limits as lim
 from planner.specs.layouts import parse_megatron_layout
+from planner.specs.precision import Precision
 from planner.specs.quantities import OFFLOAD_STEPS, parse_eighths
 
 if TYPE_CHECKING:
@@ -150,7 +151,32 @@ def add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False)
         help="sequences per optimizer step" + optional,
     )
     parser.add_argument("--seq-len", type=whole(1, lim.MAX_SEQ_LEN), help="default: the model's")
-    parser.add_argument("--precision", choices=["bf16", "fp8"], help="default: bf16")
+    parser.add_argument(
+        "--precision",
+        choices=list(get_args(Precision)),
+        help="precision recipe (`planner catalog precisions`): bf16 (default); fp8 = "
+        "fp8-delayed (Transformer Engine delayed tensorwise); fp8-current (tensorwise current "
+        "scaling: TE, torchao tensorwise); fp8-rowwise (torchao rowwise); mxfp8, nvfp4 "
+        "(block scaling, Blackwell)",
+    )
+    parser.add_argument(
+        "--bf16-first-blocks",
+        type=whole(0, lim.MAX_LAYERS),
+        help="blocks at the start kept in bf16 under a low-precision recipe (default: the "
+        "recipe's)",
+    )
+    parser.add_argument(
+        "--bf16-last-blocks",
+        type=whole(0, lim.MAX_LAYERS),
+        help="blocks at the end kept in bf16 (default: the recipe's)",
+    )
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile on/off (fuses eager elementwise work on stacks without fused "
+        "kernels, e.g. torchtitan; default: the stack's)",
+    )
     parser.add_argument(
         "--stack",
         help="training-stack profile: a catalog name (`planner catalog stacks`) or a spec file "
@@ -429,6 +455,9 @@ def job_from(args: argparse.Namespace, stated: dict[str, object] | None = None) 
         "global_batch": args.global_batch,
         "seq_len": args.seq_len,
         "precision": args.precision,
+        "bf16_first_blocks": getattr(args, "bf16_first_blocks", None),
+        "bf16_last_blocks": getattr(args, "bf16_last_blocks", None),
+        "compile": getattr(args, "compile", None),
         **({"stack": args.stack} if args.stack else {}),
         "grad_dtype": args.grad_dtype,
         "attention": args.attention,

@@ -3,9 +3,12 @@
 A rank computes b/cp of the micro-batch's tokens (context parallelism splits each sequence over
 cp ranks; Megatron-Core CP) and 1/t of each weight matrix. Per block:
 
-- weight GEMMs: Σ FLOPs / (peak · efficiency(GEMM FLOPs)) / ``gemm_efficiency``, where
+- weight GEMMs: Σ FLOPs / (rate · efficiency(GEMM FLOPs)) / ``gemm_efficiency``, where
   efficiency() is the accelerator's raw matmul curve and ``gemm_efficiency`` the stack's share
-  of it in a real step;
+  of it in a real step. The low-precision share of the blocks (CostContext.
+  low_precision_share) runs at the recipe format's rate (its peak × the format's plateau over
+  bf16's × the sustained clock fraction) / the recipe's ``gemm_efficiency``, the rest at the
+  bf16 rate (bf16 peak × the clock fraction);
 - the attention core (scores and attention · V). With a fused flash kernel, causal attention
   skips the masked half: forward FLOPs are half of 4·b·s²·q, the backward 2.5 × the forward
   (it recomputes the scores; Dao 2023, §3.1), each at the stack's ``attention_kernel`` measured
@@ -18,7 +21,16 @@ cp ranks; Megatron-Core CP) and 1/t of each weight matrix. Per block:
   dropout); the activation function 2·e·s·b·f (GeLU) or 3·e·s·b·f (SwiGLU); with materialised
   attention the softmax (2·e) and its dropout (2·e + 1) over a·s²·b elements. Layer norms and
   residual adds run on the full sequence on every TP rank unless sequence parallelism splits
-  them; the rest splits over t. Backward costs twice the forward;
+  them; the rest splits over t. Backward costs twice the forward. A stack without fused
+  kernels that is not compiled (CostContext.fused_elementwise) runs SwiGLU (Llama-style:
+  RMSNorm, rotary) blocks' elementwise work as PyTorch eager ops, which adds per element:
+  RMSNorm 32 bytes (at::rms_norm's composite: upcast to fp32, pow, mean, x·rsqrt, cast back,
+  × weight read and write 36 bytes against a fused kernel's 4), SwiGLU 4 bytes per
+  intermediate element (silu 4 and the product 6 against 6 fused), rotary 24 bytes per query
+  and key element (torchtitan apply_rotary_emb: fp32 complex view 6, complex product 16,
+  cast back 6 against 4 fused; the fused pass itself is not charged in either mode);
+- the low-precision recipe's quantize / amax / transpose kernels (planner/cost/precision.py),
+  memory-bound;
 - the stack's fixed ``layer_overhead_us`` per block (a third in the forward, two thirds in the
   backward): kernel launches and framework work that do not shrink with the block.
 """
@@ -33,13 +45,22 @@ from planner.cost import calculon
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.efficiency import attention_kernel_efficiency, matmul_time_s
 from planner.cost.experts import imbalance
-from planner.cost.flops import ArrayLike, block_gemms, logits_forward_flops
+from planner.cost.flops import ArrayLike, block_gemms, kv_heads_per_rank, logits_forward_flops
+from planner.cost.precision import quantize_bytes
 
 FLASH_BACKWARD_FLOPS = 2.5
 """Backward / forward FLOPs of a flash-attention kernel: five matrix products (the scores
 recomputed, dV, dP, dQ, dK) against two (Dao 2023, FlashAttention-2, §4.1)."""
 CAUSAL_FLOPS = 0.5
 """A causal flash kernel skips the masked (upper) half of the score tiles."""
+EAGER_RMSNORM_BYTES = 32
+"""Extra bytes per element of an eager RMSNorm over a fused one (module docstring; PyTorch
+aten/src/ATen/native/layer_norm.cpp rms_norm, the composite torchtitan's nn.RMSNorm ran)."""
+EAGER_SWIGLU_BYTES = 4
+"""Extra bytes per FFN intermediate element of eager silu(x1)·x3 over a fused kernel."""
+EAGER_ROPE_BYTES = 24
+"""Extra bytes per query/key element of torchtitan's eager apply_rotary_emb
+(torchtitan/models/llama3/model.py) over a fused rotary kernel."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +124,14 @@ def _memory_bound_forward_bytes(
     activation = (3 if m.ffn_kind == "swiglu" else 2) * e * sbh * width / t
     # MoE blocks permute each token to its k experts and back: k copies written and read twice
     permute = 4 * e * sbh * m.experts_per_token * m.moe_share / t
+    if not ctx.fused_elementwise and m.ffn_kind == "swiglu":
+        norms = 2 * EAGER_RMSNORM_BYTES * sbh
+        norms = np.where(
+            np.asarray(sp, dtype=bool), norms / (t * x), norms / (x * np.asarray(depth, dtype=float))
+        )
+        query_key = m.attention_width / t + m.head_dim * kv_heads_per_rank(ctx, tp)
+        rope = EAGER_ROPE_BYTES * sbh * query_key / m.hidden
+        activation = activation + norms + rope + EAGER_SWIGLU_BYTES * sbh * width / t
     if ctx.flash:
         softmax = np.zeros_like(sbh)
     else:
@@ -117,16 +146,16 @@ def attention_core_s(
     ``core_flops`` per rank (see the module docstring)."""
     accel, stack = ctx.system.accelerator, ctx.stack
     if not ctx.flash:
-        forward = matmul_time_s(accel, ctx.peak_flops, core_flops) / stack.attention_efficiency
+        forward = matmul_time_s(accel, ctx.bf16_rate_flops, core_flops) / stack.attention_efficiency
         return forward, 2 * forward
     causal = CAUSAL_FLOPS * np.asarray(core_flops, dtype=float)
     points = accel.attention_kernels.get(stack.attention_kernel)
     if points is None:  # no measurement of this kernel here: the matmul curve instead
-        forward = matmul_time_s(accel, ctx.bf16_peak_flops, causal) / stack.attention_efficiency
+        forward = matmul_time_s(accel, ctx.bf16_rate_flops, causal) / stack.attention_efficiency
         return forward, FLASH_BACKWARD_FLOPS * forward
     chunk = ctx.seq_len / np.asarray(cp, dtype=float)
     forward_eff, backward_eff = attention_kernel_efficiency(points, chunk)
-    rate = ctx.bf16_peak_flops * stack.attention_efficiency
+    rate = ctx.bf16_rate_flops * stack.attention_efficiency
     return causal / (rate * forward_eff), FLASH_BACKWARD_FLOPS * causal / (rate * backward_eff)
 
 
@@ -151,27 +180,38 @@ def block_times(
     (replicated over X: the QKV output is all-reduced over X, MA: transformer.py:225, 446-451)."""
     if ctx.calculon:
         return _calculon_times(ctx, tp, mb, recompute, sp)
-    accel, peak, stack = ctx.system.accelerator, ctx.peak_flops, ctx.stack
+    accel, stack = ctx.system.accelerator, ctx.stack
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
     gemms = block_gemms(ctx, tp, local_mb, ep)
     busiest = imbalance(ctx, ep)
-    gemm_s = (
-        sum(
-            count * (busiest if routed else 1.0) * matmul_time_s(accel, peak, flops)
+
+    def gemms_at(rate: float) -> np.ndarray:
+        return sum(
+            count * (busiest if routed else 1.0) * matmul_time_s(accel, rate, flops)
             for count, flops, routed in zip(
                 gemms.counts, gemms.projections, gemms.routed, strict=True
             )
         )
-        / stack.gemm_efficiency
-    )
+    share = ctx.low_precision_share
+    gemm_s = (1 - share) * gemms_at(ctx.bf16_rate_flops) if share < 1 else 0.0
+    if share > 0:
+        gemm_s = gemm_s + share * gemms_at(ctx.gemm_rate_flops) / ctx.recipe.gemm_efficiency
+    gemm_s = gemm_s / stack.gemm_efficiency
     core = gemms.attention_core * np.asarray(column, dtype=float)
     core_forward, core_backward = attention_core_s(ctx, core, cp)
     other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, local_mb, sp, column, depth)
+    cast_forward, cast_backward = quantize_bytes(ctx, tp, local_mb, sp, ep)
     rate = ctx.memory_bound_bytes_per_s
     other_s, softmax_s = other_bytes / rate, softmax_bytes / rate
     overhead_s = stack.layer_overhead_us * 1e-6
-    forward = gemm_s + core_forward + other_s + softmax_s + overhead_s / 3
-    backward = 2 * gemm_s + core_backward + 2 * (other_s + softmax_s) + 2 * overhead_s / 3
+    forward = gemm_s + core_forward + other_s + softmax_s + cast_forward / rate + overhead_s / 3
+    backward = (
+        2 * gemm_s
+        + core_backward
+        + 2 * (other_s + softmax_s)
+        + cast_backward / rate
+        + 2 * overhead_s / 3
+    )
     code = np.asarray(recompute)
     selective = 0.0 if ctx.flash else core_forward + softmax_s
     recompute_s = np.where(code == 2, forward, np.where(code == 1, selective, 0.0))
@@ -210,13 +250,15 @@ def _calculon_times(
 def lm_head_time_s(ctx: CostContext, tp: ArrayLike, mb: ArrayLike, cp: ArrayLike = 1):
     """Forward + backward of the LM head and the loss on the last stage, per micro-batch, on
     one rank's b/cp sequences. Depends on (tp, cp, micro_batch). Logits GEMM (vocab-parallel
-    over t), then the fused cross entropy that writes fp32 logits, reads them and writes their
+    over t, in bf16 under every precision recipe: planner.specs.precision), then the fused
+    cross entropy that writes fp32 logits, reads them and writes their
     gradient (3 × 4 bytes each). None under Calculon's arithmetic, which models no head."""
     t = np.asarray(tp, dtype=float)
     if ctx.calculon:
         return np.zeros(np.broadcast(t, np.asarray(mb), np.asarray(cp)).shape)
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
     flops = logits_forward_flops(ctx, local_mb) / t
-    gemm = matmul_time_s(ctx.system.accelerator, ctx.peak_flops, flops) / ctx.stack.gemm_efficiency
+    rate = ctx.bf16_rate_flops
+    gemm = matmul_time_s(ctx.system.accelerator, rate, flops) / ctx.stack.gemm_efficiency
     loss_bytes = 12 * local_mb * ctx.seq_len * ctx.model.vocab / t
     return 3 * gemm + loss_bytes / ctx.memory_bound_bytes_per_s

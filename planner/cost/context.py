@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from planner.errors import InputError
 from planner.specs import (
     DEFAULT_RELIABILITY,
+    AcceleratorSpec,
     JobSpec,
     ModelSpec,
+    PrecisionRecipe,
     ReliabilityProfile,
     StackProfile,
     SystemSpec,
@@ -25,6 +28,44 @@ def _job_stack(job: JobSpec) -> StackProfile:
     import hardware_catalog
 
     return hardware_catalog.load_stack(job.stack)
+
+
+def load_recipe(name: str) -> PrecisionRecipe:
+    """The precision recipe of a name (hardware_catalog/precisions/)."""
+    import hardware_catalog
+
+    return hardware_catalog.load_precision(name)
+
+
+def unsupported_because(recipe: PrecisionRecipe, accelerator: AcceleratorSpec) -> str | None:
+    """Why an accelerator cannot run a recipe (None: it can): no peak for the recipe's GEMM
+    format, or no block-scaled tensor cores for an MX/NVFP4 recipe."""
+    if recipe.gemm_format not in accelerator.peak_tflops:
+        return f"no {recipe.gemm_format} peak"
+    if recipe.needs_block_scaling and not accelerator.block_scaling:
+        return "no block-scaled tensor cores (MXFP8/NVFP4 need Blackwell)"
+    return None
+
+
+def check_precision(job: JobSpec, accelerator: AcceleratorSpec) -> PrecisionRecipe:
+    """The job's recipe, or a one-line InputError naming the field, the value and the recipes
+    this accelerator runs."""
+    import hardware_catalog
+
+    recipe = load_recipe(job.precision)
+    why = unsupported_because(recipe, accelerator)
+    if why is not None:
+        allowed = [
+            name
+            for name in hardware_catalog.precision_names()
+            if unsupported_because(load_recipe(name), accelerator) is None
+        ]
+        also = f" (alias {', '.join(recipe.aliases)})" if recipe.aliases else ""
+        raise InputError(
+            f"job.precision = {job.precision!r}{also}: the accelerator {accelerator.name!r} has "
+            f"{why}; allowed here: {', '.join(allowed)}"
+        )
+    return recipe
 
 
 def job_reliability(system: SystemSpec, job: JobSpec) -> ReliabilityProfile:
@@ -56,12 +97,7 @@ class CostContext:
     def __post_init__(self) -> None:
         if self.stack is None:
             object.__setattr__(self, "stack", _job_stack(self.job))
-        if self.job.precision not in self.system.accelerator.peak_tflops:
-            allowed = ", ".join(sorted(self.system.accelerator.peak_tflops))
-            raise InputError(
-                f"job.precision = {self.job.precision!r}: the accelerator "
-                f"{self.system.accelerator.name!r} has no peak for it; allowed: {allowed}"
-            )
+        check_precision(self.job, self.system.accelerator)
 
     @property
     def reliability(self) -> ReliabilityProfile:
@@ -72,15 +108,57 @@ class CostContext:
     def seq_len(self) -> int:
         return self.job.seq_len_for(self.model)
 
+    @cached_property
+    def recipe(self) -> PrecisionRecipe:
+        """The job's precision recipe (JobSpec.precision)."""
+        return load_recipe(self.job.precision)
+
+    @property
+    def low_precision_share(self) -> float:
+        """Share of the blocks whose linear layers run in the recipe's format: (L − first −
+        last)/L with the job's (else the recipe's) bf16 first and last blocks; 0 under bf16.
+        The bf16 blocks are spread over the average block (a stage holding them is slower by
+        their extra time; the stage layout does not see it)."""
+        if not self.recipe.low_precision:
+            return 0.0
+        first = self.job.bf16_first_blocks
+        last = self.job.bf16_last_blocks
+        first = self.recipe.bf16_first_blocks if first is None else first
+        last = self.recipe.bf16_last_blocks if last is None else last
+        layers = self.model.layers
+        return max(0, layers - first - last) / layers
+
     @property
     def peak_flops(self) -> float:
-        """Dense matrix peak for the job's precision, FLOP/s."""
-        return self.system.accelerator.peak_tflops[self.job.precision] * 1e12
+        """Dense datasheet peak of the recipe's GEMM format, FLOP/s: the denominator of MFU,
+        and the rate no GEMM exceeds (the bounds of the solver and the queries)."""
+        return self.system.accelerator.peak_tflops[self.recipe.gemm_format] * 1e12
 
     @property
     def bf16_peak_flops(self) -> float:
-        """The bf16 dense peak, FLOP/s: the denominator of MFU and HFU."""
+        """The bf16 dense datasheet peak, FLOP/s."""
         return self.system.accelerator.peak_tflops["bf16"] * 1e12
+
+    @property
+    def gemm_rate_flops(self) -> float:
+        """What the low-precision linear GEMMs run at before the matmul curve: the format's
+        peak × its plateau over bf16's (AcceleratorSpec.matmul_efficiency_scale) × the
+        sustained clock fraction (AcceleratorSpec.clock_fraction)."""
+        accel = self.system.accelerator
+        return self.peak_flops * accel.matmul_scale(self.recipe.gemm_format) * accel.clock_fraction
+
+    @property
+    def bf16_rate_flops(self) -> float:
+        """What bf16 GEMMs and attention kernels run at before their curves: the bf16 peak ×
+        the sustained clock fraction."""
+        return self.bf16_peak_flops * self.system.accelerator.clock_fraction
+
+    @property
+    def fused_elementwise(self) -> bool:
+        """Whether the norms, activation and rotary run fused: the stack's hand-fused kernels,
+        or torch.compile (the job's choice, else the stack's default)."""
+        compiled = self.stack.compile if self.job.compile is None else self.job.compile
+        return self.stack.fused_kernels or compiled
 
     @property
     def hbm_bytes_per_s(self) -> float:

@@ -78,7 +78,7 @@ def expert_traffic_s(
     etp = expert_tp_size(tp, expert_tp).astype(float)
     tokens = ctx.seq_len * np.asarray(local_mb, dtype=float) / np.asarray(tp, dtype=float)
     per_rank = ACTIVATION_BYTES * m.experts_per_token * m.hidden * tokens
-    fp8 = ctx.stack.fp8_dispatch and ctx.job.precision == "fp8"
+    fp8 = ctx.stack.fp8_dispatch and ctx.recipe.low_precision  # any FP8/FP4 recipe
     dispatch_bytes = per_rank / ACTIVATION_BYTES if fp8 else per_rank
     limited = m.expert_groups_per_token
     remote = min(1.0, limited / m.experts_per_token) if limited else 1.0

@@ -40,6 +40,7 @@ from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_dp_size, expert_tp_size
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
 from planner.cost.offload import offloaded_share
+from planner.cost.precision import weight_copy_bytes
 from planner.specs import RECOMPUTE_CODES
 
 FULL = RECOMPUTE_CODES["full"]
@@ -306,7 +307,9 @@ def model_state(
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
     HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
-    head stay in HBM. Offloading a share of the optimizer state moves that share. Under
+    head stay in HBM. The precision recipe adds its cached low-precision copies of the held
+    block weights (planner/cost/precision.py weight_copy_bytes). Offloading a share of the
+    optimizer state moves that share. Under
     Calculon's arithmetic, Calculon's optimizer sharding (calculon.model_state)."""
     if ctx.calculon:
         tiers = range(1, len(ctx.system.memory_tiers))
@@ -349,7 +352,10 @@ def model_state(
     q_w = offloaded_share(offload_weights)
     q_o = offloaded_share(offload_optimizer)
     kept = 1 - q_w
-    weights = e * (kept * (block_weights + gathered) + q_w * working + extra_weights)
+    held_block_weights = kept * (block_weights + gathered) + q_w * working
+    weights = e * (held_block_weights + extra_weights)
+    # the precision recipe's cached low-precision copies of the held block weights
+    weights = weights + weight_copy_bytes(ctx, held_block_weights)
     gradients = g * (kept * block_grads + q_w * working + extra_grads)
     offloaded = tuple(
         {

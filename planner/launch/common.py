@@ -23,6 +23,7 @@ from planner.specs import (
     OFFLOAD_KINDS,
     PLACEMENT_CODES,
     RECOMPUTE_CODES,
+    JobSpec,
     ModelSpec,
     Strategy,
     SystemSpec,
@@ -485,3 +486,18 @@ def _layer_pattern(node: ast.expr, limit: int) -> int | list[int]:
             raise ValueError(f"more than {limit} entries")
         return result
     raise ValueError(f"unexpected {type(node).__name__}")
+
+
+def refuse_precision(fmt: str, job: JobSpec, cannot: tuple[str, ...], edges: bool) -> None:
+    """A one-line InputError where ``plan --emit fmt`` cannot state the job's precision
+    recipe (``cannot``), or its bf16 first/last blocks (``edges`` False)."""
+    if job.precision in cannot:
+        raise InputError(
+            f"--emit {fmt}: precision = {job.precision}: {fmt} has no such recipe; allowed: "
+            f"any other (`planner catalog precisions`)"
+        )
+    if not edges and job.precision != "bf16" and (job.bf16_first_blocks or job.bf16_last_blocks):
+        raise InputError(
+            f"--emit {fmt}: bf16_first_blocks / bf16_last_blocks: {fmt} has no such setting; "
+            "allowed: 0"
+        )

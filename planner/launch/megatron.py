@@ -42,8 +42,16 @@ Mapping (planner knob ↔ flags):
 - offload to the host tier: activations ↔ ``--cpu-offloading --cpu-offloading-num-layers``;
   weights ↔ ``--cpu-offloading --cpu-offloading-weights``; optimizer ↔
   ``--optimizer-cpu-offload --use-precision-aware-optimizer``.
-- precision bf16 ↔ ``--bf16``; fp8 ↔ ``--bf16 --fp8-format hybrid``; ``--fp16`` reads as
-  16-bit (bf16). grad_dtype fp32 ↔ ``--accumulate-allreduce-grads-in-fp32``; bf16 ↔
+- precision bf16 ↔ ``--bf16``; the FP8 recipes ↔ ``--bf16 --fp8-format hybrid --fp8-recipe``
+  fp8-delayed ``delayed`` (Megatron's default recipe, also read when absent), fp8-current
+  ``tensorwise``, mxfp8 ``mxfp8`` (``blockwise`` reads as fp8-current, with a note; torchao's
+  fp8-rowwise has no Megatron recipe and is emitted as ``tensorwise``, noted); nvfp4 ↔
+  ``--bf16 --fp4-format e2m1 --fp4-recipe nvfp4``; bf16 first/last blocks ↔
+  ``--first-last-layers-bf16 --num-layers-at-start-in-bf16 --num-layers-at-end-in-bf16``
+  (Megatron-LM megatron/core/transformer/transformer_config.py @ d98e8a64ddf3: fp8_recipe
+  tensorwise|delayed|mxfp8|blockwise|custom, fp4 e2m1, fp4_recipe nvfp4, first/last 1 by
+  default when set). ``--fp16`` reads as 16-bit (bf16). grad_dtype fp32 ↔
+  ``--accumulate-allreduce-grads-in-fp32``; bf16 ↔
   ``--grad-reduce-in-bf16``. attention flash ↔ ``--attention-backend flash``; materialized ↔
   ``--attention-backend unfused``.
 - ep ↔ ``--expert-model-parallel-size``; expert_tp ↔ ``--expert-tensor-parallel-size``
@@ -98,6 +106,7 @@ from planner.launch.common import (
     read_experts,
     read_latent_attention,
     read_offload_fraction,
+    refuse_precision,
     shown,
     torchrun,
 )
@@ -187,6 +196,7 @@ MISSING_HINT = {
 def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restriction:
     """The strategies Megatron-LM runs (common.megatron_core_restriction): any rank order, but
     --use-tp-pp-dp-mapping only with ZeRO ≤ 1 (Megatron-FSDP does not take it)."""
+    refuse_precision("megatron", job, ("fp8-rowwise",), edges=True)
     placements = (
         {"placement": 0},
         {"placement": 1, "zero_stage": 0},
@@ -261,8 +271,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     flags += offload_flags
     notes += offload_notes
     flags.append((FLAGS["precision"], None))
-    if job.precision == "fp8":
-        flags.append(("--fp8-format", "hybrid"))
+    flags += _precision_flags(job, notes)
     if job.grad_dtype == "fp32":
         flags.append((FLAGS["grad_dtype"], None))
     else:
@@ -433,6 +442,57 @@ class _Args:
         return value
 
 
+FP8_RECIPES = {"fp8-delayed": "delayed", "fp8-current": "tensorwise", "mxfp8": "mxfp8"}
+"""planner recipe → Megatron-LM ``--fp8-recipe``."""
+
+
+def _precision_flags(job: JobSpec, notes: list[str]) -> list[tuple[str, object]]:
+    """The recipe's flags (module docstring)."""
+    flags: list[tuple[str, object]] = []
+    if job.precision == "nvfp4":
+        flags += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    elif job.precision != "bf16":
+        recipe = FP8_RECIPES.get(job.precision)
+        if recipe is None:
+            notes.append(
+                f"precision = {job.precision}: torchao's recipe, Megatron-LM has none; "
+                "emitted as --fp8-recipe tensorwise (fp8-current)"
+            )
+            recipe = "tensorwise"
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", recipe)]
+    first, last = job.bf16_first_blocks or 0, job.bf16_last_blocks or 0
+    if job.precision != "bf16" and (first or last):
+        flags += [
+            ("--first-last-layers-bf16", None),
+            ("--num-layers-at-start-in-bf16", first),
+            ("--num-layers-at-end-in-bf16", last),
+        ]
+    return flags
+
+
+def _read_precision(args: _Args, parsed: Parsed) -> None:
+    """The recipe from --fp8-format/--fp8-recipe or --fp4-format/--fp4-recipe."""
+    job = parsed.job
+    fp8 = args.choice("--fp8-format", ("e4m3", "hybrid"))
+    recipe = args.choice("--fp8-recipe", ("delayed", "tensorwise", "mxfp8", "blockwise"))
+    fp4 = args.choice("--fp4-format", ("e2m1",))
+    args.choice("--fp4-recipe", ("nvfp4",))
+    if fp4:
+        job["precision"] = "nvfp4"
+    elif fp8:
+        names = {value: name for name, value in FP8_RECIPES.items()}
+        job["precision"] = names.get(recipe or "delayed", "fp8-current")
+        if recipe == "blockwise":
+            parsed.notes.append(
+                "precision: --fp8-recipe blockwise (1x128 / 128x128 scales) costed as fp8-current"
+            )
+    else:
+        job["precision"] = "bf16"
+    if args.has("--first-last-layers-bf16"):
+        job["bf16_first_blocks"] = args.whole("--num-layers-at-start-in-bf16", 1)
+        job["bf16_last_blocks"] = args.whole("--num-layers-at-end-in-bf16", 1)
+
+
 def read(text: str, system: SystemSpec) -> Parsed:
     """A command line (``torchrun ... pretrain_gpt.py --flags``, or the flags alone) or a file of
     arguments (shell line continuations and ``#`` comments allowed)."""
@@ -546,8 +606,7 @@ def _read_job(args: _Args, parsed: Parsed) -> None:
         if value is not None:
             job[knob] = value
     bf16, fp16 = args.has("--bf16"), args.has("--fp16")
-    fp8 = args.choice("--fp8-format", ("e4m3", "hybrid"))
-    job["precision"] = "fp8" if fp8 else "bf16"
+    _read_precision(args, parsed)
     if fp16:
         parsed.notes.append("precision: --fp16 is costed as bf16 (the same 16-bit peak)")
     elif not bf16:

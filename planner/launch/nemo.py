@@ -24,7 +24,9 @@ Mapping (planner knob ↔ key): tp, pp, cp, interleave, sequence_parallel ↔
 ``model.config.tp_comm_overlap`` (the recipes' ``MegatronCommOverlapCallback`` sets the same
 field); offload to the host tier ↔ ``model.config.cpu_offloading`` (+ ``_weights``,
 ``_activations``, ``_num_layers``) and ``optim.config.optimizer_cpu_offload``; precision ↔
-``trainer.plugins.precision`` and ``trainer.plugins.fp8: hybrid``; grad_dtype ↔
+``trainer.plugins.precision``, ``trainer.plugins.fp8: hybrid`` and ``fp8_recipe`` (delayed,
+tensorwise = fp8-current, mxfp8; bf16 first/last blocks ↔ ``first_last_layers_bf16``,
+``num_layers_at_start_in_bf16``, ``num_layers_at_end_in_bf16``); grad_dtype ↔
 ``trainer.plugins.grad_reduce_in_fp32``; attention ↔ ``model.config.attention_backend``;
 ep, expert_tp ↔ ``trainer.strategy.expert_{model,tensor}_parallel_size`` (expert TP null:
 the TP size, planner's 0) with ``model.config.moe_token_dispatcher_type alltoall``; mixture of
@@ -70,6 +72,7 @@ from planner.launch.common import (
     read_experts,
     read_latent_attention,
     read_offload_fraction,
+    refuse_precision,
     shown,
 )
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
@@ -94,6 +97,10 @@ KEYS: dict[str, str] = {
     "devices": "trainer.devices",
     "precision": "trainer.plugins.precision",
     "fp8": "trainer.plugins.fp8",
+    "fp8_recipe": "trainer.plugins.fp8_recipe",
+    "first_last_bf16": "trainer.plugins.first_last_layers_bf16",
+    "bf16_first": "trainer.plugins.num_layers_at_start_in_bf16",
+    "bf16_last": "trainer.plugins.num_layers_at_end_in_bf16",
     "grad_dtype": "trainer.plugins.grad_reduce_in_fp32",
     "seq_len": "data.seq_length",
     "global_batch": "data.global_batch_size",
@@ -163,6 +170,7 @@ MISSING_HINT = {knob: KEYS[knob] for knob in ("hidden", "layers", "heads", "ffn_
 def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restriction:
     """The strategies a NeMo recipe runs (common.megatron_core_restriction), in the default
     rank order (NeMo has no key for Megatron-Core's use_tp_pp_dp_mapping)."""
+    refuse_precision("nemo", job, ("fp8-rowwise", "nvfp4"), edges=True)
     cap = "the default rank order (no NeMo key for use_tp_pp_dp_mapping)"
     return megatron_core_restriction(system, ({"placement": 0},), cap)
 
@@ -198,8 +206,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         values[KEYS["last_stage_layers"]] = s.stage_layers[-1]
     if s.zero_stage >= 2:
         values[KEYS["sharding"]] = "optim_grads" if s.zero_stage == 2 else "optim_grads_params"
-    if job.precision == "fp8":
-        values[KEYS["fp8"]] = "hybrid"
+    values |= _precision_values(job, notes)
     seq_len = job.seq_len_for(model)
     values |= {
         KEYS["seq_len"]: seq_len,
@@ -490,6 +497,40 @@ def _read_offload(keys: _Keys, parsed: Parsed, system: SystemSpec) -> None:
     place_on_host(parsed, system, wanted)
 
 
+FP8_RECIPES = {"fp8-delayed": "delayed", "fp8-current": "tensorwise", "mxfp8": "mxfp8"}
+"""planner recipe → MegatronMixedPrecision ``fp8_recipe`` (Megatron-Core's fp8_recipe)."""
+
+
+def _precision_values(job: JobSpec, notes: list[str]) -> dict[str, object]:
+    """The FP8 recipe as ``trainer.plugins.fp8`` hybrid + ``fp8_recipe``, and the bf16
+    first/last blocks; torchao's fp8-rowwise is emitted as tensorwise and nvfp4 (no fp4
+    fields in MegatronMixedPrecision at the version this module targets) as bf16, noted."""
+    if job.precision == "bf16":
+        return {}
+    if job.precision == "nvfp4":
+        notes.append(
+            "precision = nvfp4: NeMo's MegatronMixedPrecision has no fp4 fields here; emitted "
+            "as bf16 (use Megatron-Bridge's bf16_with_nvfp4_mixed)"
+        )
+        return {}
+    recipe = FP8_RECIPES.get(job.precision)
+    if recipe is None:
+        notes.append(
+            f"precision = {job.precision}: torchao's recipe, Megatron has none; emitted as "
+            "fp8_recipe tensorwise (fp8-current)"
+        )
+        recipe = "tensorwise"
+    values: dict[str, object] = {KEYS["fp8"]: "hybrid", KEYS["fp8_recipe"]: recipe}
+    first, last = job.bf16_first_blocks or 0, job.bf16_last_blocks or 0
+    if first or last:
+        values |= {
+            KEYS["first_last_bf16"]: True,
+            KEYS["bf16_first"]: first,
+            KEYS["bf16_last"]: last,
+        }
+    return values
+
+
 def _read_job(keys: _Keys, parsed: Parsed) -> None:
     job = parsed.job
     for knob in ("global_batch", "seq_len"):
@@ -498,8 +539,15 @@ def _read_job(keys: _Keys, parsed: Parsed) -> None:
             job[knob] = value
     precision = keys.choice("precision", ("bf16-mixed", "16-mixed", "32", "bf16", "16"))
     fp8 = keys.get("fp8", str)
+    recipe = keys.choice("fp8_recipe", ("delayed", "tensorwise", "mxfp8", "blockwise"))
     if precision is not None or fp8 is not None:
-        job["precision"] = "fp8" if fp8 else "bf16"
+        names = {value: name for name, value in FP8_RECIPES.items()}
+        job["precision"] = names.get(recipe or "delayed", "fp8-current") if fp8 else "bf16"
+        if fp8 and recipe == "blockwise":
+            parsed.notes.append("precision: fp8_recipe blockwise costed as fp8-current")
+    if keys.get("first_last_bf16", bool):
+        job["bf16_first_blocks"] = keys.get("bf16_first", int, 1)
+        job["bf16_last_blocks"] = keys.get("bf16_last", int, 1)
     if precision in ("16-mixed", "16"):
         parsed.notes.append("precision: 16-mixed (fp16) is costed as bf16 (the same 16-bit peak)")
     elif precision == "32":

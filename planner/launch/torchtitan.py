@@ -30,8 +30,12 @@ SAC); sequence_parallel: torchtitan's TP always shards norms over the sequence (
 tp_overlap ↔ ``enable_async_tensor_parallel`` (needs ``compile.enable``); dp_overlap: FSDP2
 always prefetches; offload of weights and optimizer to the host tier ↔
 ``training.enable_cpu_offload`` (FSDP2 CPU offload: parameters, gradients and optimizer state
-together); precision fp8 ↔ ``model.converters = ["quantize.linear.float8"]`` (``"float8"`` is
-read too); grad_dtype ↔ ``training.mixed_precision_reduce`` (``float32`` only); ep ↔
+together); precision ↔ ``model.converters`` and its section (_precision_sections:
+fp8-current / fp8-rowwise ↔ ``quantize.linear.float8`` with ``recipe_name`` tensorwise /
+rowwise, ``"float8"`` read too; mxfp8 ↔ ``quantize.linear.mx``); compile ↔
+``compile.enable`` (JobSpec.compile: emitted where the job sets it or AsyncTP needs it; read
+back only when off, on being the torchtitan stack's default); grad_dtype ↔
+``training.mixed_precision_reduce`` (``float32`` only); ep ↔
 ``parallelism.expert_parallel_degree``, expert_tp ↔ ``expert_tensor_parallel_degree`` (1, or
 the TP degree: planner's 0; ``torchtitan/distributed/parallel_dims.py`` allows no other) for
 the MoE flavor torchtitan has (deepseek_v3 671B; other MoE models have none, and are refused).
@@ -69,6 +73,7 @@ from planner.launch.common import (
     multi_node_comments,
     node_layout,
     positive,
+    refuse_precision,
     shown,
     torchrun,
 )
@@ -102,6 +107,8 @@ KEYS: dict[str, str] = {
     "cp": "parallelism.context_parallel_degree",
     "recompute": "activation_checkpoint.mode",
     "selective_option": "activation_checkpoint.selective_ac_option",
+    "float8_recipe": "quantize.linear.float8.recipe_name",
+    "mx_recipe": "quantize.linear.mx.recipe_name",
     "compile": "compile.enable",
     "compile_components": "compile.components",
     "ep": "parallelism.expert_parallel_degree",
@@ -122,6 +129,10 @@ deepseekv3_args["671B"] in torchtitan/models/deepseek_v3/__init__.py: 61 layers,
 routed experts of width 2,048 and one shared, top 8 of 4 of 8 groups, MLA ranks 1,536/512)."""
 
 FLOAT8 = ("quantize.linear.float8", "float8")
+MX = "quantize.linear.mx"
+FLOAT8_RECIPES = {"fp8-current": "tensorwise", "fp8-rowwise": "rowwise"}
+"""planner recipe → torchao Float8Linear ``recipe_name`` (torchtitan/config/job_config.py
+Float8Linear @ 73a0e6979: tensorwise, rowwise, rowwise_with_gw_hp; None is tensorwise)."""
 MISSING_HINT: dict[str, str] = {}
 """torchtitan gives the model by flavor only (an unknown flavor is its own error)."""
 SINGLE_STAGE = ("1F1B", "GPipe")
@@ -131,6 +142,7 @@ SINGLE_STAGE = ("1F1B", "GPipe")
 def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restriction:
     """The strategies torchtitan runs (the module docstring); the job's fields it cannot run
     and a MoE or latent-attention model without a flavor are InputErrors."""
+    refuse_precision("torchtitan", job, ("fp8-delayed", "nvfp4"), edges=False)
     _flavor(model)
     grad_dtype = job.grad_dtype or hardware_catalog.load_stack(job.stack).grad_dtype
     if grad_dtype != "fp32":
@@ -151,6 +163,8 @@ def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restricti
     fixed = NO_OFFLOAD | {"sequence_parallel": 1, "recompute_layers": 0, "placement": 0}
     if hardware_catalog.load_stack(job.stack).dp_overlap:
         fixed["dp_overlap"] = 1
+    if job.compile is False:  # AsyncTP needs compile.enable
+        fixed["tp_overlap"] = 0
     if model.is_moe:
         fixed["expert_tp"] = 0
     caps = [
@@ -243,14 +257,14 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
             "expert_tensor_parallel_degree": 1 if s.expert_tp == 1 else s.tp,
         }
         notes += _expert_layout_notes(s)
-    if job.precision == "fp8":
-        sections["model"]["converters"] = [FLOAT8[0]]
-        if model.is_moe:
-            notes.append(
-                "precision = fp8: the routed experts' grouped GEMMs take float8 only with "
-                "torchtitan's prototype converter quantize.grouped_mm.float8 (fqns = "
-                '["experts"], torchao nightly); not emitted, so they run in bf16'
-            )
+    for name, values in _precision_sections(job, notes).items():
+        sections.setdefault(name, {}).update(values)
+    if job.precision != "bf16" and model.is_moe:
+        notes.append(
+            f"precision = {job.precision}: the routed experts' grouped GEMMs take float8 only "
+            "with torchtitan's prototype converter quantize.grouped_mm.float8 (fqns = "
+            '["experts"], torchao nightly); not emitted, so they run in bf16'
+        )
     if s.pp > 1:
         sections["parallelism"] |= {
             "pipeline_parallel_schedule": "Interleaved1F1B" if s.interleave > 1 else "1F1B",
@@ -262,8 +276,12 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         sections["parallelism"] |= _uneven_stages(s, model.layers, notes)
     if s.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
-    if s.tp_overlap:
+    if s.tp_overlap and job.compile is False:
+        notes.append("compile = false: enable_async_tensor_parallel needs compile.enable; enabled")
+    if job.compile or s.tp_overlap:
         sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    elif job.compile is False:
+        sections["compile"] = {"enable": False}
     lines = [
         f"# torchtitan job config: {model.name} on {s.gpus} GPUs of {system.name}",
         f"# planner strategy: {s.describe()}",
@@ -356,13 +374,20 @@ class _Keys:
 
     def __init__(self, data: dict[str, object]) -> None:
         self.flat: dict[str, object] = {}
-        for section, values in data.items():
-            if isinstance(values, dict):
-                for key, value in values.items():
-                    self.flat[f"{section}.{key}"] = value
-            else:
-                self.flat[section] = values
+        self._flatten("", data)
         self.read: set[str] = set()
+
+    def _flatten(self, prefix: str, data: dict[str, object]) -> None:
+        """Sections' keys as dotted keys, and deeper tables (``[quantize.linear.float8]``)
+        where a key of the table lies below them; any other table stays one value (a type
+        error where a key's value is expected)."""
+        for key, value in data.items():
+            path = f"{prefix}{key}"
+            nested = not prefix or any(k.startswith(f"{path}.") for k in KEYS.values())
+            if isinstance(value, dict) and nested:
+                self._flatten(f"{path}.", value)
+            else:
+                self.flat[path] = value
 
     def get(self, knob: str, kind: type, default: Any = None) -> Any:
         key = KEYS[knob]
@@ -397,7 +422,6 @@ def read(text: str, system: SystemSpec) -> Parsed:
         "tp_overlap": keys.get("tp_overlap", bool, False),
         "dp_overlap": True,
     }
-    keys.get("compile", bool)
     keys.get("compile_components", list)
     _read_model(keys, parsed)
     _read_experts(keys, parsed, tp)
@@ -575,9 +599,50 @@ def _read_recompute(keys: _Keys, parsed: Parsed) -> None:
     parsed.knobs["recompute"] = mode
 
 
+def _precision_sections(job: JobSpec, notes: list[str]) -> dict[str, dict[str, object]]:
+    """``model.converters`` and the converter's section for the job's recipe: fp8-current and
+    fp8-rowwise ↔ ``quantize.linear.float8`` with ``recipe_name`` tensorwise / rowwise;
+    mxfp8 ↔ ``quantize.linear.mx`` (recipe_name mxfp8_cublas); Transformer Engine's
+    fp8-delayed (torchao dropped delayed scaling) is emitted as tensorwise and nvfp4 (no
+    torchtitan converter at this version) as bf16, both noted."""
+    if job.precision == "bf16":
+        return {}
+    if job.precision == "nvfp4":
+        notes.append("precision = nvfp4: torchtitan has no NVFP4 linear converter; emitted as bf16")
+        return {}
+    if job.precision == "mxfp8":
+        return {"model": {"converters": [MX]}, MX: {"recipe_name": "mxfp8_cublas"}}
+    recipe = FLOAT8_RECIPES.get(job.precision)
+    if recipe is None:
+        notes.append(
+            f"precision = {job.precision}: torchao has no delayed scaling; emitted as "
+            "recipe_name tensorwise (fp8-current)"
+        )
+        recipe = "tensorwise"
+    return {"model": {"converters": [FLOAT8[0]]}, FLOAT8[0]: {"recipe_name": recipe}}
+
+
 def _read_job(keys: _Keys, parsed: Parsed) -> None:
     converters = keys.get("precision", list, [])
-    parsed.job["precision"] = "fp8" if any(name in FLOAT8 for name in converters) else "bf16"
+    recipe = keys.get("float8_recipe", str, "tensorwise")
+    keys.get("mx_recipe", str)
+    if any(name in FLOAT8 for name in converters):
+        if recipe not in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
+            raise InputError(
+                f"torchtitan key {KEYS['float8_recipe']} = {shown(recipe)}: allowed: tensorwise, "
+                "rowwise, rowwise_with_gw_hp"
+            )
+        parsed.job["precision"] = "fp8-current" if recipe == "tensorwise" else "fp8-rowwise"
+        if recipe == "rowwise_with_gw_hp":
+            parsed.notes.append(
+                "precision: rowwise_with_gw_hp (weight gradient in bf16) costed as fp8-rowwise"
+            )
+    elif MX in converters:
+        parsed.job["precision"] = "mxfp8"
+    else:
+        parsed.job["precision"] = "bf16"
+    if keys.get("compile", bool) is False:  # on is the torchtitan stack's default (None)
+        parsed.job["compile"] = False
     if keys.get("param_dtype", str, "bfloat16") != "bfloat16":
         parsed.notes.append("precision: mixed_precision_param float32 is costed as bf16")
     reduce = keys.get("grad_dtype", str, "float32")

@@ -17,6 +17,7 @@ for the transformer quantities; Megatron-LM for the constraints between strategy
 from planner.specs.base import Spec
 from planner.specs.job import DEFAULT_STACK, AttentionKernel, GradDtype, JobSpec, StackProfile
 from planner.specs.model import MODEL_NAMING_FIELDS, FfnKind, ModelSpec
+from planner.specs.precision import PeakFormat, Precision, PrecisionRecipe
 from planner.specs.reliability import (
     DEFAULT_RELIABILITY,
     CheckpointMode,
@@ -40,7 +41,6 @@ from planner.specs.system import (
     MatmulEfficiencyPoint,
     MemoryTierSpec,
     NetworkTierSpec,
-    Precision,
     SystemSpec,
 )
 
@@ -63,8 +63,10 @@ __all__ = [
     "MemoryTierSpec",
     "ModelSpec",
     "NetworkTierSpec",
+    "PeakFormat",
     "Placement",
     "Precision",
+    "PrecisionRecipe",
     "Recompute",
     "ReliabilityProfile",
     "Spec",

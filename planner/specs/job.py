@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from planner.specs import limits as lim
 from planner.specs.base import Spec
 from planner.specs.model import ModelSpec
+from planner.specs.precision import PRECISION_ALIASES, Precision
 from planner.specs.reliability import CheckpointMode, IntervalFormula
-from planner.specs.system import Precision
 
 AttentionKernel = Literal["flash", "materialized"]
 GradDtype = Literal["fp32", "bf16"]
@@ -100,6 +100,16 @@ class StackProfile(Spec):
     offload_resident_blocks: int = Field(default=3, ge=1, le=lim.MAX_LAYERS)
     """Blocks of an offloaded tensor kind kept in HBM: the one in use, the prefetched next and
     the previous one being written back."""
+    fused_kernels: bool = True
+    """The stack runs its norms, activation function and rotary embedding as hand-fused
+    kernels (Transformer Engine, Apex); False: as PyTorch eager ops, unfused unless the job is
+    compiled (torch.compile fuses them; planner/cost/compute.py charges eager's extra bytes)."""
+    compile: bool = False
+    """Whether a job on this stack runs torch.compile unless it says (JobSpec.compile)."""
+    caches_low_precision_weights: bool = True
+    """The low-precision weight copies are cast once per step and kept across micro-batches
+    (Transformer Engine's is_first_microbatch cache), costing their bytes in memory; False:
+    cast every micro-batch, nothing kept (torchao Float8Linear)."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -126,6 +136,15 @@ class JobSpec(Spec):
     global_batch: int = Field(gt=0, le=lim.MAX_GLOBAL_BATCH)
     seq_len: int | None = Field(default=None, gt=0, le=lim.MAX_SEQ_LEN)
     precision: Precision = "bf16"
+    """The low-precision recipe (hardware_catalog/precisions/; ``fp8`` = ``fp8-delayed``)."""
+    bf16_first_blocks: int | None = Field(default=None, ge=0, le=lim.MAX_LAYERS)
+    """Blocks at the model's start kept in bf16 under a low-precision recipe (None: the
+    recipe's; Megatron ``--num-layers-at-start-in-bf16``)."""
+    bf16_last_blocks: int | None = Field(default=None, ge=0, le=lim.MAX_LAYERS)
+    """Blocks at the model's end kept in bf16 (None: the recipe's)."""
+    compile: bool | None = None
+    """torch.compile on (fuses the elementwise work of stacks without fused kernels); None:
+    the stack's default (StackProfile.compile)."""
     stack: str = Field(default=DEFAULT_STACK, min_length=1, max_length=4096)
     optimizer: Literal["adam"] = "adam"
     grad_dtype: GradDtype | None = None
@@ -146,6 +165,11 @@ class JobSpec(Spec):
     failures: bool = True
     """False: no failures and no planned interruptions (the failure-free numbers; checkpoints
     are still sized)."""
+
+    @field_validator("precision")
+    @classmethod
+    def _canonical_precision(cls, value: str) -> str:
+        return PRECISION_ALIASES.get(value, value)
 
     def seq_len_for(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len

@@ -3,19 +3,17 @@ the memory tiers (HBM first, then offload tiers) and the network tiers (scale-up
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
 from planner.specs import limits as lim
 from planner.specs.base import Spec
+from planner.specs.precision import PeakFormat
 from planner.specs.reliability import ReliabilityProfile
 
 ProfileName = Annotated[str, Field(min_length=1, max_length=4096)]
 """A catalog name or a spec file's path."""
-Precision = Literal["bf16", "fp8"]
-"""The number formats of the accelerator's peaks (AcceleratorSpec.peak_tflops) that a job can
-train in (JobSpec.precision)."""
 
 
 class MatmulEfficiencyPoint(Spec):
@@ -42,12 +40,45 @@ class AcceleratorSpec(Spec):
     raw kernels. What a training stack reaches of it lives in its StackProfile."""
 
     name: str
-    peak_tflops: dict[Precision, float]
+    peak_tflops: dict[PeakFormat, float]
+    """Dense (not sparse) tensor-core peaks by format at the datasheet's boost clock."""
     matmul_efficiency: tuple[MatmulEfficiencyPoint, ...] = Field(min_length=1)
+    matmul_efficiency_scale: dict[PeakFormat, float] = Field(default_factory=dict)
+    """Per format, the measured large-GEMM plateau of that format over the bf16 plateau (e.g.
+    best-shape fp8 / bf16 matmul efficiency): the ``matmul_efficiency`` curve, measured in
+    bf16, times this factor is the format's curve. A format not listed: 1 (the bf16 curve)."""
+    block_scaling: bool = False
+    """Tensor cores that apply per-block scales in the GEMM (MXFP8, NVFP4: Blackwell)."""
+    tdp_w: float | None = Field(default=None, gt=0, le=10_000)
+    """Board power at which the datasheet peaks hold (the part's TDP)."""
+    power_cap_w: float | None = Field(default=None, gt=0, le=10_000)
+    """Configured power limit (``nvidia-smi -pl``) when below ``tdp_w``."""
+    sustained_clock_fraction: float | None = Field(default=None, ge=0.1, le=1)
+    """Measured sustained tensor-core clock over the datasheet boost clock under training load;
+    overrides the power-cap relation (clock_fraction)."""
     attention_kernels: dict[str, tuple[AttentionKernelPoint, ...]] = Field(default_factory=dict)
     """Fused (flash) attention kernels measured on this accelerator, by name (``flash2``,
     ``flash3``, ``cudnn``, ``triton``): the stack's ``attention_kernel`` picks one. A stack
     whose kernel is not listed runs its attention core on the matmul curve."""
+
+    @property
+    def clock_fraction(self) -> float:
+        """Fraction of the datasheet compute peaks the tensor cores sustain: the measured
+        ``sustained_clock_fraction`` if given; else, with a ``power_cap_w`` below ``tdp_w``,
+        (cap / tdp)^(1/3) — dynamic power P ∝ C·V²·f with the voltage scaled along with the
+        frequency over the DVFS range (V ∝ f), so P ∝ f³ and a GEMM that draws the TDP at the
+        boost clock runs at f·(cap/tdp)^(1/3) under the cap (static power neglected, which
+        makes this an upper bound on the sustained clock); else 1. It scales every
+        compute-bound rate (GEMMs, attention kernels); HBM-bound kernels keep their speed."""
+        if self.sustained_clock_fraction is not None:
+            return self.sustained_clock_fraction
+        if self.power_cap_w is None or self.tdp_w is None:
+            return 1.0
+        return min(1.0, (self.power_cap_w / self.tdp_w) ** (1 / 3))
+
+    def matmul_scale(self, fmt: str) -> float:
+        """The format's GEMM plateau over bf16's (matmul_efficiency_scale; 1 if unlisted)."""
+        return self.matmul_efficiency_scale.get(fmt, 1.0)
 
     @field_validator("attention_kernels")
     @classmethod
@@ -67,6 +98,13 @@ class AcceleratorSpec(Spec):
             raise ValueError("peak_tflops must give at least 'bf16'")
         for precision, tflops in value.items():
             lim.check_range(f"peak_tflops.{precision}", tflops, lim.MIN_TFLOPS, lim.MAX_TFLOPS)
+        return value
+
+    @field_validator("matmul_efficiency_scale")
+    @classmethod
+    def _scales(cls, value: dict[str, float]) -> dict[str, float]:
+        for fmt, scale in value.items():
+            lim.check_range(f"matmul_efficiency_scale.{fmt}", scale, lim.MIN_EFFICIENCY, 2.0)
         return value
 
     @field_validator("matmul_efficiency")
