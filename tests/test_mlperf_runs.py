@@ -8,11 +8,9 @@ from __future__ import annotations
 import math
 
 import pytest
-import yaml
 
 import hardware_catalog
 from planner.accuracy.validation import load_dataset, predict_run, resolve, source_of
-from planner.specs import JobSpec, Strategy
 
 DATASET = hardware_catalog.CATALOG / "calibration" / "mlperf_runs.yaml"
 
@@ -38,13 +36,13 @@ def test_ids_are_unique_and_sources_named(dataset) -> None:
     assert len({source_of(run) for run in dataset.runs}) >= 2  # cross-validation by source
 
 
-def test_not_expressible_entries_say_why_and_state_the_run() -> None:
-    """Each entry names its source and reason, and its job and strategy are schema-valid, so that
-    it can move to ``runs`` once the planner states it (the rules may still refuse it)."""
-    entries = yaml.safe_load(DATASET.read_text())["not_expressible"]
-    assert entries
-    for entry in entries:
-        assert entry["why"] and entry["source"] and entry["measured_step_time_s"] > 0, entry["id"]
-        JobSpec.model_validate(entry["job"])
-        strategy = Strategy.model_validate(entry["strategy"])
-        assert strategy.gpus == entry["gpus"], entry["id"]
+def test_the_405b_runs_state_megatrons_embedding_and_loss_slots(dataset) -> None:
+    """Every Llama 3.1 405B submission splits 126 blocks plus the embedding and the loss slots
+    over pp·v = 64 virtual stages: one block in the first and the last, two in the others."""
+    runs = [run for run in dataset.runs if "llama405b" in run.id]
+    assert runs
+    for run in runs:
+        strategy = run.strategy
+        assert strategy.pp * strategy.interleave == 64, run.id
+        assert strategy.stage_layers == (1, *[2] * 62, 1), run.id
+    assert {run.job.precision for run in runs} == {"fp8-delayed", "nvfp4"}

@@ -1,122 +1,20 @@
-"""The arguments several commands share, and what they build: argparse types for the ranges
-of planner.specs.limits; the problem, hardware-override, limit, target and strategy flags;
+"""The arguments several commands share, and what they build (their value types:
+planner.cli.arg_types): the problem, hardware-override, limit, target and strategy flags;
 the job, strategy and system (with overrides) the flags describe. Each command module adds
 its own flags beside these."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import TYPE_CHECKING, get_args
 
+from planner.cli.arg_types import eighths, expand_stage_layers, number, stage_layers, whole
 from planner.errors import InputError
 from planner.specs import limits as lim
-from planner.specs.layouts import parse_megatron_layout
 from planner.specs.precision import Precision
-from planner.specs.quantities import OFFLOAD_STEPS, parse_eighths
 
 if TYPE_CHECKING:
     from planner.specs import JobSpec, Strategy, SystemSpec
-
-
-def _stage_layers(text: str) -> tuple[str, ...]:
-    """An argparse type: comma-separated whole numbers, one '...' allowed (expanded against
-    --pp in strategy_from), or a Megatron-Core layout string with E, t and L (read against
-    --pp in strategy_from: planner.specs.layouts)."""
-    if "E" in text or "t" in text:
-        return ("layout", text)
-    parts = tuple(part.strip() for part in text.split(","))
-    count = whole(0, lim.MAX_LAYERS)
-    if (
-        parts.count("...") > 1
-        or parts[0] == "..."
-        or not all(part == "..." or _run(part) for part in parts)
-    ):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected whole numbers separated by commas, e.g. 5,6,...,6,5 or "
-            "7,8x14,7 (8 on 14 stages), or a Megatron layout such as Et|(tt|)*6,tL"
-        )
-    for part in parts:
-        if part != "...":
-            blocks, _, times = part.partition("x")
-            count(blocks)
-            whole(1, lim.MAX_LAYERS)(times or "1")
-    return parts
-
-
-def _run(part: str) -> bool:
-    """``8`` or ``8x14`` (8 blocks on each of 14 stages)."""
-    blocks, _, times = part.partition("x")
-    return blocks.isdigit() and (times.isdigit() or not _)
-
-
-def _expand_stage_layers(parts: tuple[str, ...] | None, pp: int) -> tuple[int, ...] | None:
-    """5,6,...,6,5 with pp = 12 → (5, 6 × 10, 5): the entry before '...' fills the gap."""
-    if parts is None:
-        return None
-    if parts[0] == "layout":
-        return parse_megatron_layout(parts[1], pp)
-    if "..." not in parts:
-        return tuple(_runs(parts))
-    cut = parts.index("...")
-    head = _runs(parts[:cut])
-    tail = _runs(parts[cut + 1 :])
-    fill = pp - len(head) - len(tail)
-    if fill < 0:
-        raise InputError(
-            f"--stage-layers {','.join(parts)}: {len(head) + len(tail)} stages given, --pp {pp}"
-        )
-    return tuple(head + [head[-1]] * fill + tail)
-
-
-def _runs(parts: tuple[str, ...]) -> list[int]:
-    """``7,8x3,7`` → [7, 8, 8, 8, 7]."""
-    blocks: list[int] = []
-    for part in parts:
-        count, _, times = part.partition("x")
-        blocks += [int(count)] * int(times or 1)
-    return blocks
-
-
-def whole(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number in [low, high] (planner.specs.limits states the ranges)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside the allowed range {low}..{high}")
-        return value
-
-    return parse
-
-
-def _eighths(text: str) -> float:
-    """An argparse type: an offload fraction, a multiple of 1/8 in (0, 1], as ``0.375`` or
-    ``3/8``."""
-    try:
-        return parse_eighths(text) / OFFLOAD_STEPS
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def number(low: float, high: float, low_open: bool = True) -> Callable[[str], float]:
-    """An argparse type: a finite number in (low, high] ([low, high] without ``low_open``)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        try:
-            lim.check_range("value", value, low, high, low_open)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error).removeprefix("value = ")) from None
-        return value
-
-    return parse
 
 
 def available_cpus() -> int:
@@ -131,7 +29,6 @@ def available_cpus() -> int:
 
 
 gpu_count = whole(1, lim.MAX_GPUS)
-fraction = number(0, 1)
 _seconds = number(0, lim.MAX_TIME_LIMIT_S)
 
 
@@ -377,7 +274,7 @@ def add_strategy_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stage-layers",
-        type=_stage_layers,
+        type=stage_layers,
         metavar="N,N,...",
         help="blocks per pipeline stage, first to last (e.g. 5,6,...,6,5: the stage before "
         "the ellipsis repeats to fill --pp stages; 7,8x14,7: 8 on 14 stages); with "
@@ -430,7 +327,7 @@ def add_strategy_args(parser: argparse.ArgumentParser) -> None:
         )
         parser.add_argument(
             f"--offload-{what}-fraction",
-            type=_eighths,
+            type=eighths,
             default=1.0,
             metavar="Q",
             help=f"share of the {what} in that tier, in steps of 1/8 (e.g. 0.25 or 1/4; "
@@ -521,7 +418,7 @@ def strategy_from(args: argparse.Namespace) -> Strategy:
         offload_optimizer_fraction=args.offload_optimizer_fraction,
         dp_overlap=not args.no_dp_overlap,
         tp_overlap=args.tp_overlap,
-        stage_layers=_expand_stage_layers(args.stage_layers, args.pp),
+        stage_layers=expand_stage_layers(args.stage_layers, args.pp),
     )
 
 

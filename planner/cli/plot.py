@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from planner.cli.options import fraction, number
+from planner.cli.arg_types import fraction, number
 from planner.cli.output import EXIT_OK, print_error
 from planner.specs import limits as lim
 from planner.specs.quantities import PLOT_KINDS

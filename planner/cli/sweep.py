@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from planner.cli.options import whole
+from planner.cli.arg_types import whole
 from planner.cli.output import EXIT_OK
 from planner.specs import limits as lim
 from planner.specs.quantities import SWEEP_BACKENDS

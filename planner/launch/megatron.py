@@ -99,8 +99,6 @@ from planner.launch.common import (
     host_offloads,
     in_range,
     megatron_core_restriction,
-    multi_node_comments,
-    node_layout,
     place_on_host,
     positive,
     read_experts,
@@ -108,8 +106,8 @@ from planner.launch.common import (
     read_offload_fraction,
     refuse_precision,
     shown,
-    torchrun,
 )
+from planner.launch.nodes import multi_node_comments, node_layout, torchrun
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 from planner.specs import limits as lim
 from planner.specs.layouts import megatron_layout_text

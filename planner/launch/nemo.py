@@ -66,7 +66,6 @@ from planner.launch.common import (
     finite,
     host_offloads,
     megatron_core_restriction,
-    node_layout,
     place_on_host,
     positive,
     read_experts,
@@ -75,6 +74,7 @@ from planner.launch.common import (
     refuse_precision,
     shown,
 )
+from planner.launch.nodes import node_layout
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "nemo"

@@ -70,13 +70,11 @@ from planner.launch.common import (
     host_offloads,
     host_tier,
     in_range,
-    multi_node_comments,
-    node_layout,
     positive,
     refuse_precision,
     shown,
-    torchrun,
 )
+from planner.launch.nodes import multi_node_comments, node_layout, torchrun
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 from planner.specs import limits as lim
 
