@@ -126,9 +126,8 @@ def _memory_bound_forward_bytes(
     permute = 4 * e * sbh * m.experts_per_token * m.moe_share / t
     if not ctx.fused_elementwise and m.ffn_kind == "swiglu":
         norms = 2 * EAGER_RMSNORM_BYTES * sbh
-        norms = np.where(
-            np.asarray(sp, dtype=bool), norms / (t * x), norms / (x * np.asarray(depth, dtype=float))
-        )
+        replicated = norms / (x * np.asarray(depth, dtype=float))
+        norms = np.where(np.asarray(sp, dtype=bool), norms / (t * x), replicated)
         query_key = m.attention_width / t + m.head_dim * kv_heads_per_rank(ctx, tp)
         rope = EAGER_ROPE_BYTES * sbh * query_key / m.hidden
         activation = activation + norms + rope + EAGER_SWIGLU_BYTES * sbh * width / t
