@@ -33,7 +33,12 @@ from planner.cost import calculon
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.efficiency import attention_kernel_efficiency, matmul_time_s
 from planner.cost.experts import imbalance
-from planner.cost.flops import ArrayLike, block_gemms, logits_forward_flops
+from planner.cost.flops import (
+    ArrayLike,
+    block_gemms,
+    logits_forward_flops,
+    recomputed_gemm_shares,
+)
 
 FLASH_BACKWARD_FLOPS = 2.5
 """Backward / forward FLOPs of a flash-attention kernel: five matrix products (the scores
@@ -135,15 +140,11 @@ def block_times(
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
     gemms = block_gemms(ctx, tp, local_mb, ep)
     busiest = imbalance(ctx, ep)
-    gemm_s = (
-        sum(
-            count * (busiest if routed else 1.0) * matmul_time_s(accel, peak, flops)
-            for count, flops, routed in zip(
-                gemms.counts, gemms.projections, gemms.routed, strict=True
-            )
-        )
-        / stack.gemm_efficiency
-    )
+    kind_s = [
+        count * (busiest if routed else 1.0) * matmul_time_s(accel, peak, flops)
+        for count, flops, routed in zip(gemms.counts, gemms.projections, gemms.routed, strict=True)
+    ]
+    gemm_s = sum(kind_s) / stack.gemm_efficiency
     core_forward, core_backward = attention_core_s(ctx, gemms.attention_core, cp)
     other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, local_mb, sp)
     rate = ctx.memory_bound_bytes_per_s
@@ -152,7 +153,12 @@ def block_times(
     forward = gemm_s + core_forward + other_s + softmax_s + overhead_s / 3
     backward = 2 * gemm_s + core_backward + 2 * (other_s + softmax_s) + 2 * overhead_s / 3
     code = np.asarray(recompute)
-    selective = 0.0 if ctx.flash else core_forward + softmax_s
+    shares = recomputed_gemm_shares(ctx, tp)
+    if shares is None:  # attention_core: the scores (none under a flash kernel)
+        selective = 0.0 if ctx.flash else core_forward + softmax_s
+    else:  # the policy's GEMMs and the memory-bound kernels (planner/cost/activations.py)
+        redone = sum(share * time for share, time in zip(shares, kind_s, strict=True))
+        selective = redone / stack.gemm_efficiency + other_s
     recompute_s = np.where(code == 2, forward, np.where(code == 1, selective, 0.0))
     return BlockTimes(
         forward_s=forward,
