@@ -34,9 +34,8 @@ from planner.specs import RECOMPUTE_CODES
 
 FULL = RECOMPUTE_CODES["full"]
 ZERO3_GATHERED_BLOCKS = 2
-"""ZeRO-3 units gathered at once: the current one and the prefetched next (Megatron-FSDP's
-double buffer, fsdp_double_buffer, sizes both to the largest unit: a block, or the embedding or
-the LM head where the stage holds one)."""
+"""ZeRO-3 units gathered at once: the one in use and the prefetched next (the two largest of
+the stage's blocks, embedding and LM head; _two_largest_units)."""
 
 
 def block_activation_bytes(
@@ -223,9 +222,9 @@ def model_state(
     for fp32 master weights and two Adam moments); ZeRO-1 divides the optimizer by d, ZeRO-2
     also the gradients, ZeRO-3 also the weights (plus the gathered blocks); ``dp`` is the number
     of ranks that shard the dense parameters (dp·cp under context parallelism); ZeRO-3 holds
-    two gathered units beside the shards, each the largest of a block, the embedding and the LM
-    head on this stage, or, where the stack keeps FSDP2's root unit gathered
-    (``zero3_root_gathered``), two blocks and the whole embedding and head; ``expert_dp``
+    two gathered units beside the shards, the two largest of this stage's blocks, embedding and
+    LM head, or, where the stack keeps FSDP2's root unit gathered (``zero3_root_gathered``),
+    two blocks and the whole embedding and head; ``expert_dp``
     the number that shard the routed experts (edp, planner/cost/experts.py; default ``dp``).
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
@@ -268,12 +267,10 @@ def model_state(
     extra_gathered = params.extra - extra_weights
     if ctx.stack.zero3_root_gathered:
         root_gathered = extra_gathered
-        largest_unit = block_gathered
+        gathered = np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * block_gathered
     else:
         root_gathered = 0.0 * extra_gathered
-        both = (np.asarray(pp) == 1) & (not ctx.model.tied_embeddings)
-        largest_unit = np.maximum(block_gathered, extra_gathered / np.where(both, 2, 1))
-    gathered = np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * largest_unit
+        gathered = _two_largest_units(ctx, pp, block_gathered, blocks_per_stage, extra_gathered)
     working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
     optimizer_bytes = ctx.optimizer_bytes_per_param * sharded(
         dense_blocks + params.extra, params.experts, 1
@@ -300,6 +297,27 @@ def model_state(
         optimizer=(1 - q_o) * optimizer_bytes,
         offloaded=offloaded,
     )
+
+
+def _two_largest_units(
+    ctx: CostContext,
+    pp: ArrayLike,
+    block: np.ndarray,
+    blocks: np.ndarray,
+    extra: np.ndarray,
+) -> np.ndarray:
+    """What ZeRO-3 holds gathered beyond the shards: the two largest of the stage's units (the
+    one in use and the prefetched next), ``blocks`` units of ``block`` and the embedding and
+    LM head (``extra``: one unit, or two equal ones where a one-stage pipeline holds both
+    untied matrices). Never more than all the units, so more sharding never needs more."""
+    both = (np.asarray(pp) == 1) & (not ctx.model.tied_embeddings)
+    count = np.where(extra > 0, np.where(both, 2, 1), 0)
+    unit = extra / np.where(both, 2, 1)
+    extra_first = (count > 0) & (unit > block)
+    none = 0.0 * unit
+    after_extra = np.where(count >= 2, unit, np.where(blocks >= 1, block, none))
+    after_block = np.where(blocks >= 2, block, np.where(count > 0, unit, none))
+    return np.where(extra_first, unit + after_extra, block + after_block)
 
 
 def rebuilt_activation_bytes(
