@@ -70,8 +70,11 @@ def test_zero_stages_shard_the_right_state_by_dp() -> None:
     assert (w2, g2, o2) == pytest.approx((w0, g0 / dp, o0 / dp))
     w3, g3, o3 = _state(ctx, 3, dp)
     assert (g3, o3) == pytest.approx((g0 / dp, o0 / dp))
-    block = float(stage_params(ctx, 2, 2, ctx.model.layers / 2, "first").block)
-    gathered = 2 * block * (1 - 1 / dp)  # the current and the prefetched block, gathered
+    first = stage_params(ctx, 2, 2, ctx.model.layers / 2, "first")
+    # the unit in use and the prefetched next, gathered: the two largest of the stage's
+    # blocks and its embedding
+    units = sorted([float(first.block)] * int(ctx.model.layers / 2) + [float(first.extra)])
+    gathered = (units[-1] + units[-2]) * (1 - 1 / dp)
     assert w3 == pytest.approx(2 * (params / dp + gathered))
     assert w3 < w2
 

@@ -302,10 +302,10 @@ def test_plan_lays_blocks_unevenly_when_pp_does_not_divide_the_layers() -> None:
 
 
 def test_plan_recomputes_part_of_each_stage_when_memory_lies_between() -> None:
-    """0.4 GiB of HBM: storing every block's activations does not fit, recomputing all of them
-    costs more than recomputing 3 of 8. Solver and oracle agree on partial recompute."""
+    """0.34 GiB of HBM: storing every block's activations does not fit, recomputing all of them
+    costs more than recomputing part of them. Solver and oracle agree on partial recompute."""
     model = gpt_model(hidden=512, heads=8, layers=8, ffn_hidden=2048, seq_len=2048)
-    system = simple_system(memory_tiers=[dict(name="HBM", capacity_gib=0.4, bandwidth_gbps=2000)])
+    system = simple_system(memory_tiers=[dict(name="HBM", capacity_gib=0.34, bandwidth_gbps=2000)])
     job = JobSpec(global_batch=8, hbm_reserve_gib=0.01)
     ctx = CostContext(model, system, job)
     space = raw_space(model, system, job, 4, max_cp=1, max_micro_batch=8)
@@ -343,13 +343,13 @@ def test_plan_puts_the_pipeline_inside_the_scale_up_domain_when_it_pays() -> Non
 
 
 def test_plan_offloads_a_share_of_a_tensor_class_when_all_of_it_would_stall() -> None:
-    """0.4 GiB of HBM and a 5 GB/s host link: the optimizer state does not fit whole, and
+    """0.34 GiB of HBM and a 5 GB/s host link: the optimizer state does not fit whole, and
     offloading all of it makes the step wait on the link; 1/8 of it is the optimum. Solver and
     oracle agree, also with the share pinned."""
     model = gpt_model(hidden=512, heads=8, layers=8, ffn_hidden=2048, seq_len=2048)
     system = simple_system(
         memory_tiers=[
-            dict(name="HBM", capacity_gib=0.4, bandwidth_gbps=2000),
+            dict(name="HBM", capacity_gib=0.34, bandwidth_gbps=2000),
             dict(name="host", capacity_gib=8, bandwidth_gbps=5),
         ]
     )

@@ -100,8 +100,13 @@ ASSUMPTIONS = (
     ),
     Assumption(
         "resident blocks of an offloaded kind (Calculon's 1 of activations, 2 of weights and "
-        "optimizer state → 3)",
+        "optimizer state → Transformer Engine's double buffer, 2)",
         stack_fields=("offload_resident_blocks",),
+    ),
+    Assumption(
+        "activation and logit bytes (16-bit GEMM inputs, fp32 logits → fp8 GEMM inputs under "
+        "fp8, Transformer Engine's in-place bf16 logits)",
+        stack_fields=("fp8_activations", "logits_bytes"),
     ),
 )
 

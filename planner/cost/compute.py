@@ -45,7 +45,13 @@ from planner.cost import calculon
 from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.efficiency import attention_kernel_efficiency, matmul_time_s
 from planner.cost.experts import imbalance
-from planner.cost.flops import ArrayLike, block_gemms, kv_heads_per_rank, logits_forward_flops
+from planner.cost.flops import (
+    ArrayLike,
+    block_gemms,
+    kv_heads_per_rank,
+    logits_forward_flops,
+    recomputed_gemm_shares,
+)
 from planner.cost.precision import quantize_bytes
 
 FLASH_BACKWARD_FLOPS = 2.5
@@ -184,18 +190,24 @@ def block_times(
     gemms = block_gemms(ctx, tp, local_mb, ep)
     busiest = imbalance(ctx, ep)
 
-    def gemms_at(rate: float) -> np.ndarray:
-        return sum(
+    def kinds_at(rate: float) -> list[np.ndarray]:
+        return [
             count * (busiest if routed else 1.0) * matmul_time_s(accel, rate, flops)
             for count, flops, routed in zip(
                 gemms.counts, gemms.projections, gemms.routed, strict=True
             )
-        )
+        ]
+
+    # each GEMM kind's time: the recipe's low-precision share at its rate, the rest in bf16
     share = ctx.low_precision_share
-    gemm_s = (1 - share) * gemms_at(ctx.bf16_rate_flops) if share < 1 else 0.0
-    if share > 0:
-        gemm_s = gemm_s + share * gemms_at(ctx.gemm_rate_flops) / ctx.recipe.gemm_efficiency
-    gemm_s = gemm_s / stack.gemm_efficiency
+    kind_s: list = [0.0] * len(gemms.counts)
+    for weight, rate in (
+        (1 - share, ctx.bf16_rate_flops),
+        (share / ctx.recipe.gemm_efficiency, ctx.gemm_rate_flops),
+    ):
+        if weight > 0:
+            kind_s = [k + weight * t for k, t in zip(kind_s, kinds_at(rate), strict=True)]
+    gemm_s = sum(kind_s) / stack.gemm_efficiency
     core = gemms.attention_core * np.asarray(column, dtype=float)
     core_forward, core_backward = attention_core_s(ctx, core, cp)
     other_bytes, softmax_bytes = _memory_bound_forward_bytes(ctx, tp, local_mb, sp, column, depth)
@@ -212,7 +224,12 @@ def block_times(
         + 2 * overhead_s / 3
     )
     code = np.asarray(recompute)
-    selective = 0.0 if ctx.flash else core_forward + softmax_s
+    shares = recomputed_gemm_shares(ctx, tp)
+    if shares is None:  # attention_core: the scores (none under a flash kernel)
+        selective = 0.0 if ctx.flash else core_forward + softmax_s
+    else:  # the policy's GEMMs and the memory-bound kernels (planner/cost/activations.py)
+        redone = sum(share * time for share, time in zip(shares, kind_s, strict=True))
+        selective = redone / stack.gemm_efficiency + other_s
     recompute_s = np.where(code == 2, forward, np.where(code == 1, selective, 0.0))
     return BlockTimes(
         forward_s=forward,

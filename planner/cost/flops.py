@@ -28,6 +28,10 @@ import numpy as np
 from planner.cost.context import CostContext
 
 ArrayLike = np.ndarray | float | int
+PARTIAL_POLICIES = ("torchtitan_op", "deepseek")
+"""Selective-recompute policies (StackProfile.selective_policy) that rebuild part of a block
+during its backward: weight GEMMs (recomputed_gemm_shares) and stored activations
+(planner/cost/activations.py)."""
 
 
 @dataclass(frozen=True)
@@ -127,10 +131,50 @@ def recompute_flops_per_step(ctx: CostContext, recompute: ArrayLike) -> np.ndarr
     """Extra FLOPs of activation recomputation per step: full adds one block forward, selective
     the attention core (scores and attention · V). ``recompute``: 0 none, 1 selective, 2 full.
     With a flash-attention kernel, selective recompute is what the kernel's backward already
-    does; by the usual convention that is not counted, so selective adds nothing there."""
+    does; by the usual convention that is not counted, so selective adds nothing there. Under
+    a stack whose selective policy rebuilds weight GEMMs (torchtitan_op, deepseek), selective
+    adds those GEMMs (recomputed_gemm_shares)."""
     batch, layers = ctx.job.global_batch, ctx.model.layers
     whole = block_forward_flops(ctx, batch)
-    core = block_gemms(ctx, 1, batch).attention_core
+    gemms = block_gemms(ctx, 1, batch)
     code = np.asarray(recompute)
-    selective = 0.0 if ctx.flash else core
+    shares = recomputed_gemm_shares(ctx, 1)
+    if shares is None:
+        selective = 0.0 if ctx.flash else gemms.attention_core
+    else:  # the GEMMs the policy runs again (recomputed_gemm_shares)
+        selective = sum(
+            share * count * flops
+            for share, count, flops in zip(shares, gemms.counts, gemms.projections, strict=True)
+        )
     return layers * np.where(code == 2, whole, np.where(code == 1, selective, 0.0))
+
+
+def recomputed_gemm_shares(ctx: CostContext, tp: ArrayLike) -> tuple[ArrayLike, ...] | None:
+    """Share of each weight-GEMM kind of flops.block_gemms (in its order: attention
+    projections, then per FFN kind its ``ffn_matrices`` matrices, then the router) that the
+    stack's selective policy runs again in the backward; None for ``attention_core``, which
+    rebuilds no weight GEMM. ``torchtitan_op`` recomputes every second mm: wk (its share of the
+    fused QKV projection), wo, and the FFN's second matrix (w3; GeLU's w2); under latent
+    attention the second and fourth projections. ``deepseek`` recomputes the MLA
+    up-projections. Both also rebuild the block's memory-bound kernels (norms, the activation
+    function: compute.block_times)."""
+    policy = ctx.stack.selective_policy
+    if policy not in PARTIAL_POLICIES:
+        return None
+    m = ctx.model
+    if m.is_latent_attention:
+        count = len(m.latent_projections)
+        # deepseek: the up-projections, q_up (with q_lora) and kv_up; torchtitan: every second
+        ups = (2,) if policy == "deepseek" and not m.q_lora_rank else (1, 3)
+        attention: list[ArrayLike] = [1.0 if i in ups else 0.0 for i in range(count)]
+    elif policy == "deepseek":
+        attention = [0.0, 0.0]
+    else:
+        kv_columns = m.head_dim * kv_heads_per_rank(ctx, tp)
+        qkv_columns = m.attention_width / np.asarray(tp, dtype=float) + 2 * kv_columns
+        attention = [kv_columns / qkv_columns, 1.0]
+    second = [0.0, 1.0] + [0.0] * (m.ffn_matrices - 2)
+    ffn = second if policy == "torchtitan_op" else [0.0] * m.ffn_matrices
+    kinds = (m.moe_share < 1) + (m.moe_share > 0) * (1 + bool(m.shared_experts))
+    router = [0.0] if m.moe_share > 0 else []
+    return tuple(attention + ffn * kinds + router)

@@ -1,24 +1,14 @@
 """Memory per GPU: activations (Korthikanti et al. 2022) and model state (ZeRO, Rajbhandari
 et al. 2020), for the first, the middle and the last pipeline stage.
 
-Activations stored per block per micro-batch, in bytes (16-bit activations, 1-byte dropout masks),
-generalised from Korthikanti et al. §4 to grouped-query attention (k KV heads) and SwiGLU:
-
-- replicated over TP ranks unless sequence parallelism splits them: two layer-norm inputs
-  (4·sbh), the QKV and FFN inputs (4·sbh), two dropout masks (2·sbh, if the model uses dropout);
-- split over t: Q (2·sbh), K and V (4·sbh·k/a), the output-projection input (2·sbh) (Q and that
-  input scale by a·d_h/h where the attention width differs from h; under latent attention the
-  heads are d_qk and d_v wide), the FFN intermediates (GeLU 4·sbf: its input and output; SwiGLU
-  6·sbf: gate, up and their product; f is (k + shared)·f_e in an MoE block, which also keeps
-  its k permuted token copies, 2·k·sbh, with the replicated terms);
-- the attention core, split over t: softmax output (2·as²b), its dropout mask (as²b) and output
-  (2·as²b) — dropped by selective recompute and by flash attention.
-
-For GPT shapes (k = a, f = 4h, GeLU, dropout) this is s·b·h·(34 + 5·a·s/h) with no parallelism,
-s·b·h·(10 + 24/t + 5·a·s/(h·t)) with TP, and s·b·h·(34 + 5·a·s/h)/t with TP + SP (their eq. 1–4).
-Full recompute keeps only each block's input, 2·sbh (÷t with SP). Context parallelism stores
-b/cp of each micro-batch's tokens per rank (and 1/cp of the scores when materialised): every
-term above with b/cp in place of b.
+Activations stored per block per micro-batch: planner/cost/activations.py (Korthikanti et al.
+§4 generalised to grouped-query attention, SwiGLU, MoE and latent attention, in 16 bits or with
+the fp8 GEMM inputs a stack keeps, under the stack's selective-recompute policy). For GPT
+shapes (k = a, f = 4h, GeLU, dropout) in 16 bits this is s·b·h·(34 + 5·a·s/h) with no
+parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with TP, and s·b·h·(34 + 5·a·s/h)/t with TP + SP
+(their eq. 1–4). Full recompute keeps only each block's input, 2·sbh (÷t with SP). Context
+parallelism stores b/cp of each micro-batch's tokens per rank (and 1/cp of the scores when
+materialised).
 
 Model state follows the stack's conventions: its gradient dtype, optimizer bytes per parameter
 and HBM reserve, and with offloading the blocks it keeps resident (``offload_resident_blocks``).
@@ -35,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import calculon
+from planner.cost import activations, calculon
 from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_dp_size, expert_tp_size
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
@@ -45,7 +35,8 @@ from planner.specs import RECOMPUTE_CODES
 
 FULL = RECOMPUTE_CODES["full"]
 ZERO3_GATHERED_BLOCKS = 2
-"""Blocks whose ZeRO-3 shards are gathered at once: the current one and the prefetched next."""
+"""ZeRO-3 units gathered at once: the one in use and the prefetched next (the two largest of
+the stage's blocks, embedding and LM head; _two_largest_units)."""
 
 
 def block_activation_bytes(
@@ -57,45 +48,13 @@ def block_activation_bytes(
     column: ArrayLike = 1,
     depth: ArrayLike = 1,
 ) -> np.ndarray:
-    """Activation bytes one block stores per micro-batch on one rank (formulas above).
-    Depends on (tp, micro_batch, recompute, sequence_parallel; AxoNN's tp_column, tp_depth).
-    On AxoNN's grid (X = ``column``, Z = ``depth``) the replicated tensors (norm inputs,
-    residuals, the block input) are [s·b/Z, h/X] (÷ X·Z instead of 1) and the split ones
-    (QKV, attention, FFN) are on heads and FFN width / Y of s·b/Z tokens (÷ Y·Z = t/X instead
-    of t; MA: megatron/initialize.py:379-381, transformer.py:446-451); Megatron's form is
-    X = Z = 1. Calculon's storage space under its arithmetic
+    """Activation bytes one block stores per micro-batch on one rank (activations.block_bytes,
+    AxoNN's grid included). Depends on (tp, micro_batch, recompute, sequence_parallel; AxoNN's
+    tp_column, tp_depth). Calculon's storage space under its arithmetic
     (calculon.stored_activation_bytes)."""
     if ctx.calculon:
         return calculon.stored_activation_bytes(ctx, tp, mb, recompute, sp)
-    m, s = ctx.model, ctx.seq_len
-    x = np.asarray(column, dtype=float)
-    replicated_ranks = x * np.asarray(depth, dtype=float)
-    t = np.asarray(tp, dtype=float) / x
-    split = np.asarray(sp, dtype=bool)
-    sbh = np.asarray(mb, dtype=float) * s * m.hidden
-    mask = 1 if m.dropout else 0
-    # MoE blocks also keep the expert input: the k permuted copies of each token
-    permuted = 2 * m.experts_per_token * m.moe_share
-    replicated = (8 + 2 * mask + permuted) * sbh
-    ffn_units = (6 if m.ffn_kind == "swiglu" else 4) * m.ffn_intermediate_width / m.hidden
-    head_units = (m.qk_head_dim + m.value_head_dim) / 2 / m.hidden  # d_h/h per head
-    # Q and the output-projection input: 1 unless the heads' width differs from hidden
-    q_units = m.heads * head_units
-    # K and V: k·d_h/h, KV replicated when t > k
-    kv_units = kv_heads_per_rank(ctx, tp) * np.asarray(tp, dtype=float) * head_units
-    sharded = (4 * q_units + 4 * kv_units + ffn_units) * sbh / t
-    core = (4 + mask) * m.heads * s * sbh / m.hidden / t
-    code = np.asarray(recompute)
-    keep_core = (code == 0) & (not ctx.flash)
-    whole = (
-        np.where(split, replicated / t, replicated / replicated_ranks)
-        + sharded
-        + np.where(keep_core, core, 0.0)
-    )
-    block_input = np.where(
-        split, ACTIVATION_BYTES * sbh / t, ACTIVATION_BYTES * sbh / replicated_ranks
-    )
-    return np.where(code == 2, block_input, whole)
+    return activations.block_bytes(ctx, tp, mb, recompute, sp, column, depth)
 
 
 def grid_sizes(tp: ArrayLike, column: ArrayLike, depth: ArrayLike):
@@ -302,7 +261,10 @@ def model_state(
     Per rank: weights e·P, gradients g·P, optimizer o·P (the stack's bytes per parameter, 12
     for fp32 master weights and two Adam moments); ZeRO-1 divides the optimizer by d, ZeRO-2
     also the gradients, ZeRO-3 also the weights (plus the gathered blocks); ``dp`` is the number
-    of ranks that shard the dense parameters (dp·cp under context parallelism), ``expert_dp``
+    of ranks that shard the dense parameters (dp·cp under context parallelism); ZeRO-3 holds
+    two gathered units beside the shards, the two largest of this stage's blocks, embedding and
+    LM head, or, where the stack keeps FSDP2's root unit gathered (``zero3_root_gathered``),
+    two blocks and the whole embedding and head; ``expert_dp``
     the number that shard the routed experts (edp, planner/cost/experts.py; default ``dp``).
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
@@ -341,9 +303,16 @@ def model_state(
     extra_weights = sharded(params.extra, 0.0, 3)
     extra_grads = sharded(params.extra, 0.0, 2)
     whole_block = params.block - params.expert_block
-    gathered = np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * (
-        params.block - sharded(whole_block, params.expert_block, 3)
-    )
+    block_gathered = params.block - sharded(whole_block, params.expert_block, 3)
+    # the embedding and the LM head are gathered whole too (ZeRO-3): one unit each, or FSDP2's
+    # root unit holding both, which stays gathered from the head's forward to its backward
+    extra_gathered = params.extra - extra_weights
+    if ctx.stack.zero3_root_gathered:
+        root_gathered = extra_gathered
+        gathered = np.minimum(ZERO3_GATHERED_BLOCKS, blocks_per_stage) * block_gathered
+    else:
+        root_gathered = 0.0 * extra_gathered
+        gathered = _two_largest_units(ctx, pp, block_gathered, blocks_per_stage, extra_gathered)
     working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
     optimizer_bytes = ctx.optimizer_bytes_per_param * sharded(
         dense_blocks + params.extra, params.experts, 1
@@ -353,7 +322,7 @@ def model_state(
     q_o = offloaded_share(offload_optimizer)
     kept = 1 - q_w
     held_block_weights = kept * (block_weights + gathered) + q_w * working
-    weights = e * (held_block_weights + extra_weights)
+    weights = e * (held_block_weights + extra_weights + root_gathered)
     # the precision recipe's cached low-precision copies of the held block weights
     weights = weights + weight_copy_bytes(ctx, held_block_weights)
     gradients = g * (kept * block_grads + q_w * working + extra_grads)
@@ -371,6 +340,27 @@ def model_state(
         optimizer=(1 - q_o) * optimizer_bytes,
         offloaded=offloaded,
     )
+
+
+def _two_largest_units(
+    ctx: CostContext,
+    pp: ArrayLike,
+    block: np.ndarray,
+    blocks: np.ndarray,
+    extra: np.ndarray,
+) -> np.ndarray:
+    """What ZeRO-3 holds gathered beyond the shards: the two largest of the stage's units (the
+    one in use and the prefetched next), ``blocks`` units of ``block`` and the embedding and
+    LM head (``extra``: one unit, or two equal ones where a one-stage pipeline holds both
+    untied matrices). Never more than all the units, so more sharding never needs more."""
+    both = (np.asarray(pp) == 1) & (not ctx.model.tied_embeddings)
+    count = np.where(extra > 0, np.where(both, 2, 1), 0)
+    unit = extra / np.where(both, 2, 1)
+    extra_first = (count > 0) & (unit > block)
+    none = 0.0 * unit
+    after_extra = np.where(count >= 2, unit, np.where(blocks >= 1, block, none))
+    after_block = np.where(blocks >= 2, block, np.where(count > 0, unit, none))
+    return np.where(extra_first, unit + after_extra, block + after_block)
 
 
 def rebuilt_activation_bytes(
@@ -391,17 +381,17 @@ def rebuilt_activation_bytes(
     if ctx.calculon:
         share = offloaded_share(offload_activations)
         return calculon.resident_activation_bytes(ctx, tp, mb, recompute, sp, share)
-    whole = block_activation_bytes(ctx, tp, mb, 0, sp, column, depth)
-    return np.where(np.asarray(recompute) == 2, whole, 0.0)
+    return activations.rebuilt_bytes(ctx, tp, mb, recompute, sp, column, depth)
 
 
 def logits_bytes(ctx: CostContext, tp: ArrayLike, mb: ArrayLike) -> np.ndarray:
-    """The last stage's fp32 logits of one micro-batch, vocab-parallel: 4·b·s·V/t (none under
-    Calculon's arithmetic)."""
+    """The last stage's logits of one micro-batch, vocab-parallel: c·b·s·V/t with c the stack's
+    ``logits_bytes`` (4: one fp32 tensor; the loss's copies and gradients at the stack's peak),
+    none under Calculon's arithmetic."""
     if ctx.calculon:
         return np.zeros(np.broadcast(np.asarray(tp), np.asarray(mb)).shape)
     tokens = np.asarray(mb, dtype=float) * ctx.seq_len
-    return 4.0 * tokens * ctx.model.vocab / np.asarray(tp, dtype=float)
+    return ctx.stack.logits_bytes * tokens * ctx.model.vocab / np.asarray(tp, dtype=float)
 
 
 def stage_memory(

@@ -139,7 +139,8 @@ def canonical_values(
     """The canonical twin of every strategy in ``values`` (knob arrays): the strategy the
     solver's space holds in its place, with each knob that has no effect at its kept value
     (constraints.structure.add_canonical argues each cut; the domains of build_search_space
-    drop selective recompute under flash attention, an overlap the stack does not have and the
+    drop selective recompute under flash attention where the stack's selective policy is
+    ``attention_core``, an overlap the stack does not have and the
     TP, PP, DP rank order on a one-tier network). tests/test_raw_oracle.py checks that a twin
     costs what its strategy costs, on every valid strategy of random raw spaces."""
     stack = hardware_catalog.load_stack(job.stack)
@@ -155,7 +156,8 @@ def canonical_values(
     if not stack.tp_overlap:
         out["tp_overlap"] = np.zeros_like(values["tp_overlap"])
     selective = RECOMPUTE_CODES["selective"]
-    if job.attention == "flash" and stack.arithmetic != "calculon":  # Calculon materialises
+    flash = job.attention == "flash" and stack.arithmetic != "calculon"  # Calculon materialises
+    if flash and stack.selective_policy == "attention_core":
         out["recompute"] = np.where(values["recompute"] == selective, 0, values["recompute"])
     default_order = single | (values["pp"] == 1) | (len(system.network_tiers) == 1)
     # Megatron-AxoNN has one rank order (rules.axonn_violations), which the domain keeps.

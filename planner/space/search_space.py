@@ -263,7 +263,8 @@ def build_search_space(
         and its model is smaller); without, every divisor stays and the rules are left to the
         constraint families, so that a conflict can be named. A pinned value outside its domain is
         kept (the solver then reports the conflict) unless it cannot be represented at all. With a
-        flash-attention kernel, selective recompute is the same plan as none and is left out. An
+        flash-attention kernel, selective recompute is the same plan as none and is left out
+        (under the stack's ``attention_core`` policy; the others keep more or less). An
     overlap the job's stack does not have (StackProfile.dp_overlap, tp_overlap) is off.
     Offload shares are searched in steps of ``offload_step`` eighths; a pinned share is added."""
     pins = encoded_pins(pins)
@@ -310,7 +311,9 @@ def build_search_space(
         tuple(c for c in cp_values if c <= cp_limit), lambda c: cp_allowed(c, seq_len), prune
     )
     flash = job.attention == "flash" and not calculon  # Calculon materialises attention
-    recompute = (0, 2) if flash and "recompute" not in pins else (0, 1, 2)
+    # only the attention-core policy's selective recompute is none under flash attention
+    same_as_none = flash and stack.selective_policy == "attention_core"
+    recompute = (0, 2) if same_as_none and "recompute" not in pins else (0, 1, 2)
     domains: dict[str, tuple[int, ...]] = {
         "tp": tp_values,
         **axonn_domains(model, stack.tp_form == "axonn", tp_values, prune),

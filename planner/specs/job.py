@@ -16,6 +16,7 @@ from planner.specs.reliability import CheckpointMode, IntervalFormula
 AttentionKernel = Literal["flash", "materialized"]
 GradDtype = Literal["fp32", "bf16"]
 DpCollectiveUnit = Literal["block", "bucket", "buffer"]
+SelectivePolicy = Literal["attention_core", "torchtitan_op", "deepseek"]
 Arithmetic = Literal["planner", "calculon"]
 TpForm = Literal["megatron", "axonn"]
 
@@ -97,6 +98,23 @@ class StackProfile(Spec):
     """Share of HBM a plan may fill: the headroom a real allocator needs beyond the estimate
     (Fujii et al. 2024: plans estimated under ~80 % of HBM did not run out of memory in 454
     measured runs; 0.95 is this project's default margin)."""
+    selective_policy: SelectivePolicy = "attention_core"
+    """What ``recompute: selective`` keeps (planner/cost/activations.py): ``attention_core`` —
+    all but the attention scores (Korthikanti et al. 2022; nothing more under flash attention);
+    ``torchtitan_op`` — torchtitan's per-op policy (the block input, every other matmul's output
+    and the attention output); ``deepseek`` — DeepSeek-V3's (RMSNorm outputs and the MLA
+    up-projections recomputed, the SwiGLU output rebuilt from its fp8-cached input)."""
+    fp8_activations: bool = False
+    """Under fp8 training the GEMMs keep the fp8 copy of their input for the weight gradient
+    instead of the 16-bit tensor (1 byte per value): Transformer Engine's Linear layers,
+    DeepSeek-V3 §3.3.2."""
+    logits_bytes: float = Field(default=4.0, ge=0, le=64)
+    """Bytes per logit (micro-batch tokens × vocabulary / t) the last stage holds at its peak,
+    the loss's copies and gradients included (4: one fp32 tensor)."""
+    zero3_root_gathered: bool = False
+    """Under ZeRO-3 the unit holding the embedding, the final norm and the LM head stays
+    gathered from its forward to its backward (FSDP2 does not reshard its root module after
+    the forward); otherwise each is one unit of the double buffer (planner/cost/memory.py)."""
     offload_resident_blocks: int = Field(default=3, ge=1, le=lim.MAX_LAYERS)
     """Blocks of an offloaded tensor kind kept in HBM: the one in use, the prefetched next and
     the previous one being written back."""
