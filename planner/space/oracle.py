@@ -284,26 +284,33 @@ def evaluate_values(ctx: CostContext, values: dict[str, np.ndarray]) -> StepTerm
 
 
 def fitting_chunks(
-    ctx: CostContext, space: SearchSpace
+    ctx: CostContext, space: SearchSpace, margin_bytes: float = 0.0
 ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
     """(knob arrays, step times) of the valid strategies that fit in every memory tier, chunk
-    by chunk (valid_chunks)."""
+    by chunk (valid_chunks); with ``margin_bytes``, those that fit with that much to spare in
+    each tier (the solver rounds memory up in units, constraints.scales.memory_unit_bytes, so
+    it may reject a plan that fits by less than its rounding: tests bound its optimum between
+    the oracle's with and without the margin)."""
     usable_bytes = ctx.system.hbm.capacity_gib * ctx.hbm_usable_fraction * BYTES_PER_GIB
     for values in valid_chunks(ctx, space):
         terms = evaluate_values(ctx, values)
-        fits = terms.hbm_bytes <= usable_bytes
+        fits = terms.hbm_bytes <= usable_bytes - margin_bytes
         for tier, spec in enumerate(ctx.system.offload_tiers, start=1):
-            fits &= terms.offload_bytes(tier) <= spec.capacity_gib * BYTES_PER_GIB
+            capacity_bytes = spec.capacity_gib * BYTES_PER_GIB
+            fits &= terms.offload_bytes(tier) <= capacity_bytes - margin_bytes
         if fits.any():
             steps = np.broadcast_to(terms.step_time_s, fits.shape)[fits]
             yield {name: array[fits] for name, array in values.items()}, steps
 
 
-def enumerate_strategies(ctx: CostContext, space: SearchSpace, top: int = 1) -> list[Ranked]:
-    """The ``top`` fastest valid strategies that fit in memory, fastest first."""
+def enumerate_strategies(
+    ctx: CostContext, space: SearchSpace, top: int = 1, margin_bytes: float = 0.0
+) -> list[Ranked]:
+    """The ``top`` fastest valid strategies that fit in memory (with ``margin_bytes`` to spare
+    in each tier: fitting_chunks), fastest first."""
     best_steps: list[np.ndarray] = []
     best_values: list[dict[str, np.ndarray]] = []
-    for values, steps in fitting_chunks(ctx, space):
+    for values, steps in fitting_chunks(ctx, space, margin_bytes):
         order = np.argsort(steps, kind="stable")[:top]
         best_steps.append(steps[order])
         best_values.append({name: array[order] for name, array in values.items()})
