@@ -16,9 +16,31 @@ from planner.specs import JobSpec, Strategy
 
 CALIBRATION = hardware_catalog.CATALOG / "calibration"
 CURRENT_RUNS = CALIBRATION / "current_runs.yaml"
-DATASETS = {"published": BUNDLED_DATASET, "current": CURRENT_RUNS}
+MLPERF_RUNS = CALIBRATION / "mlperf_runs.yaml"
+DATASETS = {"published": BUNDLED_DATASET, "current": CURRENT_RUNS, "mlperf": MLPERF_RUNS}
+NOT_FITTING_YET = {
+    # GB over by 4-10 GiB (MLPerf GPT-3 175B, fp8 delayed: parameters kept in fp8 not yet read
+    # from their configs), 4 GiB (Nebius H200 n64), 25 GiB (NVFP4 GB300): open, not loosened
+    "mlperf-v4.0-gpt3-eos-512gpu",
+    "mlperf-v4.1-gpt3-eos-256gpu",
+    "mlperf-v4.1-gpt3-eos-512gpu",
+    "mlperf-v4.0-gpt3-supermicro-512gpu",
+    "mlperf-v4.1-gpt3-oci-1536gpu",
+    "mlperf-v4.1-gpt3-oci-3072gpu",
+    "mlperf-v5.0-llama405b-nebius-h200-512gpu",
+    "mlperf-v5.1-llama405b-theia-gb300-512gpu-nvfp4",
+    # the recipe of the "fp8" row is unknown (fp8_sc keeps bf16 parameters); NVFP4 keeps bf16
+    "mbridge-26.04.01-405b-dgx-gb200-256gpu-fp8",
+    "mbridge-26.04.01-70b-dgx-gb300-64gpu-nvfp4",
+}
 RUNS = [
-    pytest.param(run, id=f"{name}:{run.id}")
+    pytest.param(
+        run,
+        id=f"{name}:{run.id}",
+        marks=[pytest.mark.xfail(strict=True, reason="over HBM, open")]
+        if run.id in NOT_FITTING_YET
+        else [],
+    )
     for name, path in DATASETS.items()
     for run in load_dataset(path).runs
 ]
