@@ -121,3 +121,24 @@ def test_json_output_carries_fp8_params(capsys: pytest.CaptureFixture[str]) -> N
     assert plain["job"]["fp8_params"] is False
     hbm, hbm_plain = kept["estimate"]["memory_gib"]["hbm"], plain["estimate"]["memory_gib"]["hbm"]
     assert hbm["weights"] < hbm_plain["weights"]
+
+
+@pytest.mark.parametrize("capacity_gib", [0.25, 16])
+def test_the_solver_matches_the_oracle_with_fp8_parameters(capacity_gib: float) -> None:
+    """The solver's tables read the same model_state / dp_comm_times_s (ONE cost model): its
+    optimum is the raw oracle's and its objective the evaluation of its plan."""
+    from tests.conftest import gpt_model, simple_system
+    from tests.test_planner import assert_solver_matches_oracle
+
+    model = gpt_model(
+        hidden=512, heads=8, layers=6, kv_heads=2, ffn_hidden=2048, vocab=32000, seq_len=512
+    )
+    system = simple_system(
+        memory_tiers=[dict(name="HBM", capacity_gib=capacity_gib, bandwidth_gbps=2000)],
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=4, bandwidth_gbps=300, latency_us=2, efficiency=0.8),
+            dict(name="ib", bandwidth_gbps=5, latency_us=5, efficiency=0.8),
+        ],
+    )
+    job = JobSpec(global_batch=16, hbm_reserve_gib=0.01, precision="fp8-current", fp8_params=True)
+    assert_solver_matches_oracle(model, system, job, 8)
