@@ -16,9 +16,29 @@ from planner.specs import JobSpec, Strategy
 
 CALIBRATION = hardware_catalog.CATALOG / "calibration"
 CURRENT_RUNS = CALIBRATION / "current_runs.yaml"
-DATASETS = {"published": BUNDLED_DATASET, "current": CURRENT_RUNS}
+MLPERF_RUNS = CALIBRATION / "mlperf_runs.yaml"
+DATASETS = {"published": BUNDLED_DATASET, "current": CURRENT_RUNS, "mlperf": MLPERF_RUNS}
+NOT_FITTING_YET = {
+    # over HBM with their recorded configuration, open (nothing loosened for them):
+    # 0.2 GiB (GPT-3 175B on 256 H100, parameters in fp8 as its config_common.sh sets)
+    "mlperf-v4.1-gpt3-eos-256gpu",
+    # 4.3 GiB (Llama 3.1 405B on 512 H200, parameters in fp8)
+    "mlperf-v5.0-llama405b-nebius-h200-512gpu",
+    # 25 GiB (NVFP4 on GB300: config_common_fp4.sh keeps bf16 parameters)
+    "mlperf-v5.1-llama405b-theia-gb300-512gpu-nvfp4",
+    # 7 GiB: the row's recipe is unknown (fp8_sc keeps bf16 parameters); 3 GiB: NVFP4 (the
+    # Megatron-Bridge recipe sets fp8_param_gather False)
+    "mbridge-26.04.01-405b-dgx-gb200-256gpu-fp8",
+    "mbridge-26.04.01-70b-dgx-gb300-64gpu-nvfp4",
+}
 RUNS = [
-    pytest.param(run, id=f"{name}:{run.id}")
+    pytest.param(
+        run,
+        id=f"{name}:{run.id}",
+        marks=[pytest.mark.xfail(strict=True, reason="over HBM, open")]
+        if run.id in NOT_FITTING_YET
+        else [],
+    )
     for name, path in DATASETS.items()
     for run in load_dataset(path).runs
 ]

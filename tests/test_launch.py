@@ -47,6 +47,7 @@ JOB_FIELDS = (
     "compile",
     "bf16_first_blocks",
     "bf16_last_blocks",
+    "fp8_params",
 )
 MODELS = {
     "megatron": ["llama3-8b", "gpt3-1.3b"],
@@ -110,10 +111,14 @@ def problems(draw: st.DrawFn, fmt: str) -> tuple:
                 offload_optimizer_fraction=1.0,
             )
         )
+    precision = draw(st.sampled_from(["bf16", "fp8", "fp8-current", "fp8-rowwise"]))
+    # parameters kept in fp8: Megatron --fp8-param-gather / NeMo fp8_params (torchtitan: none)
+    keeps_fp8 = fmt != "torchtitan" and precision in ("fp8", "fp8-current")
     job = JobSpec(
         global_batch=dp * micro * pp * draw(st.integers(1, 3)),
         seq_len=draw(st.sampled_from([2048, 4096])),
-        precision=draw(st.sampled_from(["bf16", "fp8", "fp8-current", "fp8-rowwise"])),
+        precision=precision,
+        fp8_params=keeps_fp8 and draw(st.booleans()),
         bf16_first_blocks=draw(st.sampled_from([0, 1, 2])),
         bf16_last_blocks=draw(st.sampled_from([0, 1])),
         compile=draw(st.booleans()),

@@ -68,6 +68,13 @@ def add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False)
         help="blocks at the end kept in bf16 (default: the recipe's)",
     )
     parser.add_argument(
+        "--fp8-params",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the low-precision blocks' parameters in the recipe's format and gather them "
+        "so (Megatron --fp8-param-gather; fp8-delayed, fp8-current, mxfp8; default: off)",
+    )
+    parser.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -354,6 +361,7 @@ def job_from(args: argparse.Namespace, stated: dict[str, object] | None = None) 
         "precision": args.precision,
         "bf16_first_blocks": getattr(args, "bf16_first_blocks", None),
         "bf16_last_blocks": getattr(args, "bf16_last_blocks", None),
+        "fp8_params": getattr(args, "fp8_params", None),
         "compile": getattr(args, "compile", None),
         **({"stack": args.stack} if args.stack else {}),
         "grad_dtype": args.grad_dtype,

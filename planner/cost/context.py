@@ -49,7 +49,8 @@ def unsupported_because(recipe: PrecisionRecipe, accelerator: AcceleratorSpec) -
 
 def check_precision(job: JobSpec, accelerator: AcceleratorSpec) -> PrecisionRecipe:
     """The job's recipe, or a one-line InputError naming the field, the value and the recipes
-    this accelerator runs."""
+    this accelerator runs (or, with ``fp8_params``, the recipes that keep parameters in their
+    format)."""
     import hardware_catalog
 
     recipe = load_recipe(job.precision)
@@ -64,6 +65,12 @@ def check_precision(job: JobSpec, accelerator: AcceleratorSpec) -> PrecisionReci
         raise InputError(
             f"job.precision = {job.precision!r}{also}: the accelerator {accelerator.name!r} has "
             f"{why}; allowed here: {', '.join(allowed)}"
+        )
+    if job.fp8_params and recipe.param_bytes is None:
+        able = [n for n in hardware_catalog.precision_names() if load_recipe(n).param_bytes]
+        raise InputError(
+            f"job.fp8_params = true: precision {job.precision!r} keeps no parameters in a "
+            f"low-precision format; allowed with fp8_params: {', '.join(able)}"
         )
     return recipe
 

@@ -30,7 +30,7 @@ from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_dp_size, expert_tp_size
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
 from planner.cost.offload import offloaded_share
-from planner.cost.precision import weight_copy_bytes
+from planner.cost.precision import block_weight_bytes, weight_copy_bytes
 from planner.specs import RECOMPUTE_CODES
 
 FULL = RECOMPUTE_CODES["full"]
@@ -269,8 +269,9 @@ def model_state(
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
     HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
-    head stay in HBM. The precision recipe adds its cached low-precision copies of the held
-    block weights (planner/cost/precision.py weight_copy_bytes). Offloading a share of the
+    head stay in HBM. Block weights take precision.block_weight_bytes each (e, or the recipe's
+    format under JobSpec.fp8_params) and the recipe adds its cached low-precision copies of the
+    held block weights (planner/cost/precision.py weight_copy_bytes). Offloading a share of the
     optimizer state moves that share. Under
     Calculon's arithmetic, Calculon's optimizer sharding (calculon.model_state)."""
     if ctx.calculon:
@@ -322,13 +323,16 @@ def model_state(
     q_o = offloaded_share(offload_optimizer)
     kept = 1 - q_w
     held_block_weights = kept * (block_weights + gathered) + q_w * working
-    weights = e * (held_block_weights + extra_weights + root_gathered)
+    # block weights at the recipe's format where kept so (JobSpec.fp8_params), else bf16
+    weights = block_weight_bytes(ctx) * held_block_weights + e * (extra_weights + root_gathered)
     # the precision recipe's cached low-precision copies of the held block weights
     weights = weights + weight_copy_bytes(ctx, held_block_weights)
     gradients = g * (kept * block_grads + q_w * working + extra_grads)
     offloaded = tuple(
         {
-            "weights": offloaded_share(offload_weights, tier) * e * block_weights,
+            "weights": offloaded_share(offload_weights, tier)
+            * block_weight_bytes(ctx)
+            * block_weights,
             "gradients": offloaded_share(offload_weights, tier) * g * block_grads,
             "optimizer": offloaded_share(offload_optimizer, tier) * optimizer_bytes,
         }

@@ -24,6 +24,7 @@ from planner.cost.network import (
     ring_latency_s,
     ring_transfer_s,
 )
+from planner.cost.precision import block_weight_bytes
 from planner.specs import PLACEMENT_CODES
 
 
@@ -131,7 +132,11 @@ def dp_comm_times_s(
     placement. Under Calculon's arithmetic, Calculon's per-block collectives
     (calculon.dp_parts_s): the hideable part after the backward, the rest a latency that never
     hides: the last chunk's share after the backward, the other chunks' before the forward
-    (their windows: step.evaluate_terms), depending on the interleave v."""
+    (their windows: step.evaluate_terms), depending on the interleave v. The parameter
+    all-gathers (ZeRO-1/2's once per step, ZeRO-3's per micro-batch) move the blocks'
+    parameters at precision.block_weight_bytes (the recipe's format under JobSpec.fp8_params:
+    Megatron-Core's distributed optimizer and Megatron FSDP gather the fp8 parameters) and the
+    embedding/head at 2 bytes; the gradient reductions are unchanged."""
     if ctx.calculon:
         ranks = np.asarray(dp) * np.asarray(cp)
         last, others, shown = calculon.dp_parts_s(
@@ -145,16 +150,26 @@ def dp_comm_times_s(
     regathers = ctx.stack.dp_collective_unit != "block"
     gathers_per_micro_batch = 2 + regathers * (np.asarray(recompute) == 2)
     experts = np.asarray(params.experts, dtype=float)
-    groups = [(np.asarray(dp) * np.asarray(cp), np.asarray(params.total, dtype=float) - experts)]
+    # (ranks, parameters, of which block parameters): the blocks' gather at block_weight_bytes
+    dense_blocks = np.asarray(params.blocks, dtype=float) - experts
+    groups = [
+        (
+            np.asarray(dp) * np.asarray(cp),
+            np.asarray(params.total, dtype=float) - experts,
+            dense_blocks,
+        )
+    ]
     if ctx.model.is_moe:
-        groups.append((np.asarray(expert_dp, dtype=float), experts))
+        groups.append((np.asarray(expert_dp, dtype=float), experts, experts))
+    weight_bytes = block_weight_bytes(ctx)
     once_collectives = np.where(zero <= 1, 2, np.where(zero == 2, 1, 0))
     per_mb_collectives = np.where(zero == 2, 1, np.where(zero == 3, 1 + gathers_per_micro_batch, 0))
     after = before = per_mb = latency_step = latency_mb = 0.0
-    for ranks, group_params in groups:
+    for ranks, group_params, block_params in groups:
         grads = ctx.grad_bytes * group_params
         reduce = ring_transfer_s(ctx, ranks, span, grads)
-        gather = ring_transfer_s(ctx, ranks, span, ACTIVATION_BYTES * group_params)
+        gathered = ACTIVATION_BYTES * (group_params - block_params) + weight_bytes * block_params
+        gather = ring_transfer_s(ctx, ranks, span, gathered)
         after = after + np.where(zero == 0, 2 * reduce, np.where(zero == 1, reduce, 0.0))
         before = before + np.where((zero == 1) | (zero == 2), gather, 0.0)
         per_mb = per_mb + np.where(

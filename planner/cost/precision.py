@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.context import CostContext
+from planner.cost.context import ACTIVATION_BYTES, CostContext
 from planner.cost.flops import ArrayLike, kv_heads_per_rank
 
 
@@ -85,11 +85,32 @@ def quantize_bytes(
     return np.asarray(forward), np.asarray(backward)
 
 
+def kept_param_bytes(ctx: CostContext) -> float:
+    """Bytes per element of a low-precision block's parameter kept in the recipe's format
+    (JobSpec.fp8_params: the recipe's param_bytes), else bf16's ACTIVATION_BYTES."""
+    if ctx.job.fp8_params and ctx.recipe.param_bytes is not None:
+        return ctx.recipe.param_bytes
+    return float(ACTIVATION_BYTES)
+
+
+def block_weight_bytes(ctx: CostContext) -> float:
+    """Bytes per held block parameter, averaged over the blocks: (1 − f)·2 + f·p, with f the
+    low-precision share of the blocks and p kept_param_bytes (2 unless JobSpec.fp8_params).
+    The ZeRO/FSDP parameter all-gathers move the same bytes (planner/cost/parallel_comm.py)."""
+    share = ctx.low_precision_share
+    return (1 - share) * ACTIVATION_BYTES + share * kept_param_bytes(ctx)
+
+
 def weight_copy_bytes(ctx: CostContext, held_block_params: ArrayLike) -> np.ndarray:
     """HBM bytes of the cached low-precision weight copies (the recipe's weight_copy_bytes
     per element of the low-precision blocks' weights a rank holds), where the stack caches
-    them (StackProfile.caches_low_precision_weights); 0 otherwise."""
+    them (StackProfile.caches_low_precision_weights); 0 otherwise. A parameter kept in the
+    recipe's format (JobSpec.fp8_params) is itself one of the copies: weight_copy_bytes −
+    param_bytes remain (fp8 tensorwise: the transpose, 1 byte; MXFP8: the column-wise copy)."""
     if not ctx.stack.caches_low_precision_weights:
         return np.zeros_like(np.asarray(held_block_params, dtype=float))
-    per_param = ctx.recipe.weight_copy_bytes * ctx.low_precision_share
+    copy = ctx.recipe.weight_copy_bytes
+    if ctx.job.fp8_params and ctx.recipe.param_bytes is not None:
+        copy = max(0.0, copy - ctx.recipe.param_bytes)
+    per_param = copy * ctx.low_precision_share
     return per_param * np.asarray(held_block_params, dtype=float)

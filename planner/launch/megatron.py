@@ -465,6 +465,8 @@ def _precision_flags(job: JobSpec, notes: list[str]) -> list[tuple[str, object]]
             ("--num-layers-at-start-in-bf16", first),
             ("--num-layers-at-end-in-bf16", last),
         ]
+    if job.fp8_params:
+        flags.append(("--fp8-param-gather", None))
     return flags
 
 
@@ -489,6 +491,8 @@ def _read_precision(args: _Args, parsed: Parsed) -> None:
     if args.has("--first-last-layers-bf16"):
         job["bf16_first_blocks"] = args.whole("--num-layers-at-start-in-bf16", 1)
         job["bf16_last_blocks"] = args.whole("--num-layers-at-end-in-bf16", 1)
+    if args.has("--fp8-param-gather"):
+        job["fp8_params"] = True
 
 
 def read(text: str, system: SystemSpec) -> Parsed:

@@ -98,6 +98,7 @@ KEYS: dict[str, str] = {
     "precision": "trainer.plugins.precision",
     "fp8": "trainer.plugins.fp8",
     "fp8_recipe": "trainer.plugins.fp8_recipe",
+    "fp8_params": "trainer.plugins.fp8_params",
     "first_last_bf16": "trainer.plugins.first_last_layers_bf16",
     "bf16_first": "trainer.plugins.num_layers_at_start_in_bf16",
     "bf16_last": "trainer.plugins.num_layers_at_end_in_bf16",
@@ -528,6 +529,8 @@ def _precision_values(job: JobSpec, notes: list[str]) -> dict[str, object]:
             KEYS["bf16_first"]: first,
             KEYS["bf16_last"]: last,
         }
+    if job.fp8_params:
+        values[KEYS["fp8_params"]] = True
     return values
 
 
@@ -548,6 +551,8 @@ def _read_job(keys: _Keys, parsed: Parsed) -> None:
     if keys.get("first_last_bf16", bool):
         job["bf16_first_blocks"] = keys.get("bf16_first", int, 1)
         job["bf16_last_blocks"] = keys.get("bf16_last", int, 1)
+    if fp8 and keys.get("fp8_params", bool):
+        job["fp8_params"] = True
     if precision in ("16-mixed", "16"):
         parsed.notes.append("precision: 16-mixed (fp16) is costed as bf16 (the same 16-bit peak)")
     elif precision == "32":

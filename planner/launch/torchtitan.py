@@ -141,6 +141,12 @@ def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restricti
     """The strategies torchtitan runs (the module docstring); the job's fields it cannot run
     and a MoE or latent-attention model without a flavor are InputErrors."""
     refuse_precision("torchtitan", job, ("fp8-delayed", "nvfp4"), edges=False)
+    if job.fp8_params:
+        raise InputError(
+            "--emit torchtitan: fp8_params = true: torchtitan keeps its parameters in bf16/fp32 "
+            "(enable_fsdp_float8_all_gather gathers in float8, keeps no float8 parameters); "
+            "allowed: false"
+        )
     _flavor(model)
     grad_dtype = job.grad_dtype or hardware_catalog.load_stack(job.stack).grad_dtype
     if grad_dtype != "fp32":

@@ -160,6 +160,11 @@ class JobSpec(Spec):
     recipe's; Megatron ``--num-layers-at-start-in-bf16``)."""
     bf16_last_blocks: int | None = Field(default=None, ge=0, le=lim.MAX_LAYERS)
     """Blocks at the model's end kept in bf16 (None: the recipe's)."""
+    fp8_params: bool = False
+    """Under a low-precision recipe the low-precision blocks' parameters are kept in the
+    recipe's format (PrecisionRecipe.param_bytes) instead of bf16, and the ZeRO/FSDP parameter
+    all-gathers move them so: Megatron-Core ``--fp8-param-gather``, Megatron-Bridge
+    ``MixedPrecisionConfig.fp8_param_gather``. The fp32 master weights stay."""
     compile: bool | None = None
     """torch.compile on (fuses the elementwise work of stacks without fused kernels); None:
     the stack's default (StackProfile.compile)."""

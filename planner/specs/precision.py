@@ -57,6 +57,11 @@ class PrecisionRecipe(Spec):
     grad_cast_bytes: float = Field(default=0.0, ge=0, le=64)
     weight_cast_bytes: float = Field(default=0.0, ge=0, le=64)
     weight_copy_bytes: float = Field(default=0.0, ge=0, le=64)
+    param_bytes: float | None = Field(default=None, ge=0, le=64)
+    """Bytes per weight element of a parameter kept in the recipe's format (JobSpec.fp8_params:
+    Megatron-Core --fp8-param-gather, Transformer Engine's quantized parameters); the
+    parameter is then one of the cached copies, so weight_copy_bytes − param_bytes remain.
+    None: the recipe's stacks cannot keep parameters in its format."""
     quantized_gather: bool = True
     """Under sequence parallelism the inputs of column-parallel layers (and the output
     gradients of row-parallel ones) are cast on the local shard and gathered in low precision
