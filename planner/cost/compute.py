@@ -190,23 +190,22 @@ def block_times(
     gemms = block_gemms(ctx, tp, local_mb, ep)
     busiest = imbalance(ctx, ep)
 
-    def kinds_at(rate: float) -> list[np.ndarray]:
-        return [
-            count * (busiest if routed else 1.0) * matmul_time_s(accel, rate, flops)
-            for count, flops, routed in zip(
-                gemms.counts, gemms.projections, gemms.routed, strict=True
-            )
-        ]
-
-    # each GEMM kind's time: the recipe's low-precision share at its rate, the rest in bf16
+    # the recipe's low-precision share of each GEMM at its rate, the rest in bf16
     share = ctx.low_precision_share
-    kind_s: list = [0.0] * len(gemms.counts)
-    for weight, rate in (
-        (1 - share, ctx.bf16_rate_flops),
-        (share / ctx.recipe.gemm_efficiency, ctx.gemm_rate_flops),
-    ):
-        if weight > 0:
-            kind_s = [k + weight * t for k, t in zip(kind_s, kinds_at(rate), strict=True)]
+    rates = [
+        (weight, rate)
+        for weight, rate in (
+            (1 - share, ctx.bf16_rate_flops),
+            (share / ctx.recipe.gemm_efficiency, ctx.gemm_rate_flops),
+        )
+        if weight > 0
+    ]
+    kind_s = [
+        count
+        * (busiest if routed else 1.0)
+        * sum(weight * matmul_time_s(accel, rate, flops) for weight, rate in rates)
+        for count, flops, routed in zip(gemms.counts, gemms.projections, gemms.routed, strict=True)
+    ]
     gemm_s = sum(kind_s) / stack.gemm_efficiency
     core = gemms.attention_core * np.asarray(column, dtype=float)
     core_forward, core_backward = attention_core_s(ctx, core, cp)

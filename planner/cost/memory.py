@@ -377,11 +377,12 @@ def rebuilt_activation_bytes(
     column: ArrayLike = 1,
     depth: ArrayLike = 1,
 ) -> np.ndarray:
-    """Full recompute rebuilds one block's whole activations during its backward: that block's
-    activations without recompute, resident while it runs. Depends on (tp, micro_batch,
-    recompute, sequence_parallel). Under Calculon's arithmetic, Calculon's working space and
-    activation gradients of one block (calculon.resident_activation_bytes, which also depends
-    on the activations' offload share)."""
+    """What one block rebuilds during its backward, resident while it runs
+    (activations.rebuilt_bytes: full recompute its whole activations, a partial selective
+    policy the part it did not keep). Depends on (tp, micro_batch, recompute,
+    sequence_parallel; AxoNN's tp_column, tp_depth). Under Calculon's arithmetic, Calculon's
+    working space and activation gradients of one block (calculon.resident_activation_bytes,
+    which also depends on the activations' offload share)."""
     if ctx.calculon:
         share = offloaded_share(offload_activations)
         return calculon.resident_activation_bytes(ctx, tp, mb, recompute, sp, share)
