@@ -119,15 +119,18 @@ def test_json_output_names_the_recipe(capsys: pytest.CaptureFixture[str]) -> Non
     assert json.loads(capsys.readouterr().out)["job"]["precision"] == "nvfp4"
 
 
-def test_a_power_cap_slows_compute_by_the_cube_root_of_the_power_ratio() -> None:
+def test_a_power_cap_slows_compute_by_the_measured_power_law() -> None:
+    """dgx-h100 carries the measured idle power and exponent: only the power above idle
+    scales with throughput, as throughput^α."""
     system = hardware_catalog.load_system("dgx-h100")
-    capped = system.model_copy(
-        update={"accelerator": system.accelerator.model_copy(update={"power_cap_w": 500})}
-    )
+    accel = system.accelerator
+    assert (accel.idle_power_w, accel.power_exponent) == (121, 2.5)
+    capped = system.model_copy(update={"accelerator": accel.model_copy(update={"power_cap_w": 500})})
     job = JobSpec(global_batch=64, seq_len=4096)
     model = hardware_catalog.load_model(MODEL)
     fraction = capped.accelerator.clock_fraction
-    assert fraction == pytest.approx((500 / 700) ** (1 / 3))
+    assert fraction == pytest.approx(((500 - 121) / (700 - 121)) ** (1 / 2.5))
+    assert fraction == pytest.approx(0.844, abs=5e-4)
     full, slow = CostContext(model, system, job), CostContext(model, capped, job)
     gemm = float(block_times(full, 1, 1, 0, False).forward_gemm_s)
     assert float(block_times(slow, 1, 1, 0, False).forward_gemm_s) == pytest.approx(gemm / fraction)
@@ -136,6 +139,20 @@ def test_a_power_cap_slows_compute_by_the_cube_root_of_the_power_ratio() -> None
         evaluate(model, capped, job, strategy).step_time_s
         > evaluate(model, system, job, strategy).step_time_s
     )
+
+
+def test_an_unmeasured_accelerator_keeps_the_cube_law_and_a_cap_at_or_above_tdp_is_free() -> None:
+    accel = hardware_catalog.load_system("hgx-b200").accelerator
+    assert (accel.idle_power_w, accel.power_exponent) == (0.0, 3.0)
+    capped = accel.model_copy(update={"power_cap_w": 750})
+    assert capped.clock_fraction == pytest.approx((750 / 1000) ** (1 / 3))
+    assert accel.model_copy(update={"power_cap_w": 1200}).clock_fraction == 1.0
+
+
+def test_idle_power_at_or_above_the_cap_is_refused() -> None:
+    accel = hardware_catalog.load_system("dgx-h100").accelerator
+    with pytest.raises(ValueError, match="idle_power_w 121 must be below power_cap_w 100"):
+        type(accel).model_validate({**accel.model_dump(), "power_cap_w": 100})
 
 
 def test_eager_torchtitan_pays_the_unfused_elementwise_bytes() -> None:
