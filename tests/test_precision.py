@@ -125,7 +125,9 @@ def test_a_power_cap_slows_compute_by_the_measured_power_law() -> None:
     system = hardware_catalog.load_system("dgx-h100")
     accel = system.accelerator
     assert (accel.idle_power_w, accel.power_exponent) == (121, 2.5)
-    capped = system.model_copy(update={"accelerator": accel.model_copy(update={"power_cap_w": 500})})
+    capped = system.model_copy(
+        update={"accelerator": accel.model_copy(update={"power_cap_w": 500})}
+    )
     job = JobSpec(global_batch=64, seq_len=4096)
     model = hardware_catalog.load_model(MODEL)
     fraction = capped.accelerator.clock_fraction
