@@ -1,6 +1,6 @@
 """Hardware overrides (--hbm-gib, --offload-gib, --offload-gbps, --scale-up-gbps,
---scale-up-domain, --scale-out-gbps): what they change, what they refuse, and each command that
-takes them, in tables and in JSON."""
+--scale-up-domain, --scale-out-gbps, --power-cap-w): what they change, what they refuse, and
+each command that takes them, in tables and in JSON."""
 
 from __future__ import annotations
 
@@ -163,3 +163,39 @@ def test_bad_override_flags_exit_2_with_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_a_power_cap_slows_the_step_by_the_accelerators_power_law(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    capped = override_system(load_system("dgx-h100"), {"power_cap_w": 500})
+    assert capped.accelerator.power_cap_w == 500
+    assert capped.accelerator.clock_fraction == pytest.approx(0.844, abs=5e-4)
+    assert capped.name == "dgx-h100 (power cap 500 W)"
+    command = ["evaluate", *SMALL_PLAN, *SMALL_STRATEGY]
+    _, full = _json(capsys, [*command, "--json"])
+    code, slow = _json(capsys, [*command, "--power-cap-w", "500", "--json"])
+    assert code == 0
+    assert slow["hardware_overrides"] == {"power_cap_w": 500}
+    assert slow["system"] == "dgx-h100 (power cap 500 W)"
+    assert slow["estimate"]["step_time_s"] > full["estimate"]["step_time_s"]
+    assert main([*command, "--power-cap-w", "500"]) == 0
+    assert "dgx-h100 (power cap 500 W)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("system", "watts", "message"),
+    [
+        ("dgx-a100-80g", "300", "--power-cap-w 300: system 'dgx-a100-80g' gives no tdp_w"),
+        ("dgx-h100", "100", "idle_power_w 121 must be below power_cap_w 100"),
+        ("dgx-h100", "0", "--power-cap-w: 0.0: allowed range is (0, 10000]"),
+    ],
+)
+def test_a_power_cap_without_a_tdp_or_below_idle_is_an_input_error(
+    system: str, watts: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["evaluate", "--model", "gpt3-1.3b", "--system", system, "--gpus", "8"]
+    code = main([*argv, "--global-batch", "64", *SMALL_STRATEGY, "--power-cap-w", watts])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

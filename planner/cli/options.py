@@ -183,6 +183,13 @@ def _add_hardware_args(parser: argparse.ArgumentParser) -> None:
         metavar="GBPS",
         help="scale-out (InfiniBand, Ethernet) bandwidth",
     )
+    group.add_argument(
+        "--power-cap-w",
+        type=number(0, 10_000),
+        metavar="W",
+        help="accelerator power limit (nvidia-smi -pl); slows compute-bound work "
+        "(needs the system's tdp_w)",
+    )
 
 
 def system_from(args: argparse.Namespace) -> SystemSpec:

@@ -1,5 +1,6 @@
 """Hardware quantities a user may vary without editing a system file: the HBM and offload
-capacity, the offload bandwidth, the scale-up and scale-out bandwidth and the scale-up domain.
+capacity, the offload bandwidth, the scale-up and scale-out bandwidth, the scale-up domain and
+the accelerator's power limit.
 
 ``plan``, ``evaluate`` and ``min-hardware`` take them as flags (``--hbm-gib`` …), a study takes
 them as axes (``hardware: {hbm_gib: [80, 120]}``); both go through ``HardwareOverrides.apply``,
@@ -26,6 +27,7 @@ OVERRIDE_LABELS = {
     "scale_up_gbps": ("scale-up", "GB/s"),
     "scale_up_domain": ("scale-up domain", "GPUs"),
     "scale_out_gbps": ("scale-out", "GB/s"),
+    "power_cap_w": ("power cap", "W"),
 }
 """Each override's short label and unit, for reports and the system's name."""
 
@@ -34,6 +36,8 @@ CAPACITY_GIB = (lim.MIN_CAPACITY_GIB, lim.MAX_CAPACITY_GIB)
 """The range of a capacity override (GiB per GPU): a memory tier's (specs.MemoryTierSpec)."""
 BANDWIDTH_GBPS = (lim.MIN_BANDWIDTH_GBPS, lim.MAX_BANDWIDTH_GBPS)
 """The range of a bandwidth override (GB/s per GPU per direction): a tier's (specs)."""
+POWER_W_MAX = 10_000
+"""The largest power limit (W per GPU), as AcceleratorSpec's power fields allow."""
 
 
 class HardwareOverrides(BaseModel):
@@ -47,6 +51,9 @@ class HardwareOverrides(BaseModel):
     scale_up_gbps: float | None = Field(default=None, ge=BANDWIDTH_GBPS[0], le=BANDWIDTH_GBPS[1])
     scale_up_domain: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
     scale_out_gbps: float | None = Field(default=None, ge=BANDWIDTH_GBPS[0], le=BANDWIDTH_GBPS[1])
+    power_cap_w: float | None = Field(default=None, gt=0, le=POWER_W_MAX)
+    """The accelerator's configured power limit (``nvidia-smi -pl``): compute-bound rates scale
+    by AcceleratorSpec.clock_fraction; needs the system's ``tdp_w``."""
 
     def given(self) -> dict[str, float]:
         """The overrides set, by field name."""
@@ -79,6 +86,13 @@ class HardwareOverrides(BaseModel):
             if self.offload_gbps is not None:
                 memory[1]["bandwidth_gbps"] = self.offload_gbps
         self._set_network(system, network)
+        if self.power_cap_w is not None:
+            if system.accelerator.tdp_w is None:
+                raise InputError(
+                    f"--power-cap-w {self.power_cap_w:g}: system {system.name!r} gives no tdp_w "
+                    "for its accelerator, which a power limit is relative to"
+                )
+            data["accelerator"]["power_cap_w"] = self.power_cap_w
         data["name"] = f"{system.name} ({self.describe()})"
         try:
             return SystemSpec.model_validate(data)
