@@ -27,7 +27,7 @@ Study file (YAML or JSON)::
       hbm_gib: [80, 120]
       offload_gib: 512
       offload_gbps: [25, 50, 100, 200]
-      scale_out_gbps: [50]       # also scale_up_gbps, scale_up_domain
+      scale_out_gbps: [50]       # also scale_up_gbps, scale_up_domain, power_cap_w
     goal: {min_mfu: 0.5}         # optional: max_step_s, min_mfu
     diagnose: false              # true: an infeasible row names its conflicting constraints
                                  # (one more solve per such row; `planner sweep --diagnose`)
