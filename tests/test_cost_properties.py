@@ -271,6 +271,20 @@ def test_dp_collectives_follow_the_stacks_unit(stack: str, dp: int, expected: in
     assert float(dp_collectives(ctx, 1.3e9, 24, dp)) == expected
 
 
+@pytest.mark.parametrize("zero_stage, expected", [(0, 33), (1, 33), (2, 33), (3, 25)])
+def test_megatron_cores_zero3_collectives_are_megatron_fsdps_layer_units(
+    zero_stage: int, expected: int
+) -> None:
+    """Megatron-Core's ZeRO-3 is Megatron-FSDP: one collective per transformer layer (its FSDP
+    unit) and one for the embedding/head, however many parameters a layer holds; its DDP and
+    distributed optimizer keep ⌈1.3e9 / 40e6⌉ buckets (the stack's zero3_collective_unit)."""
+    ctx, _ = _dp_comm("megatron-core", 8, zero_stage)
+    assert float(dp_collectives(ctx, 1.3e9, 24, 8, zero_stage)) == expected
+    _, comm = _dp_comm("megatron-core", 8, 3)
+    ring = 7 * ctx.system.network_tiers[1].latency_us * 1e-6  # 8 ranks on 64 GPUs: 8 nodes
+    assert float(comm.latency_per_micro_batch_s) == pytest.approx(3 * 25 * ring)
+
+
 @pytest.mark.parametrize("zero_stage, once, per_mb", [(0, 2, 0), (1, 2, 0), (2, 1, 1), (3, 0, 3)])
 def test_every_dp_collective_pays_one_ring_latency(zero_stage, once, per_mb) -> None:
     """(g − 1)·α per collective, α of the InfiniBand tier: the 512 ranks sit one per node (span

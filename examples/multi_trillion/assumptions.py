@@ -92,7 +92,12 @@ ASSUMPTIONS = (
     Assumption("gradients (bf16 → fp32 buffers and reduction)", stack_fields=("grad_dtype",)),
     Assumption(
         "DP collectives (one ring per buffer → Megatron-Core's buckets, each ring's latency shown)",
-        stack_fields=("dp_collective_unit", "dp_bucket_params", "dp_bucket_params_per_rank"),
+        stack_fields=(
+            "dp_collective_unit",
+            "zero3_collective_unit",
+            "dp_bucket_params",
+            "dp_bucket_params_per_rank",
+        ),
     ),
     Assumption(
         "HBM a plan may fill (all 80 GiB → 95 % less a 2 GiB reserve)",

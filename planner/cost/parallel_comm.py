@@ -89,21 +89,30 @@ class DpCommTimes:
 
 
 def dp_collectives(
-    ctx: CostContext, params: ArrayLike, blocks: ArrayLike, ranks: ArrayLike
+    ctx: CostContext,
+    params: ArrayLike,
+    blocks: ArrayLike,
+    ranks: ArrayLike,
+    zero_stage: ArrayLike = 0,
 ) -> np.ndarray:
     """Collectives one DP reduction or gather of a stage's ``params`` (over ``blocks`` blocks)
-    takes on ``ranks`` ranks, by the stack's unit (StackProfile.dp_collective_unit): one per
-    block plus one for the embedding/head (FSDP), ⌈params / max(b₀, b₁·g)⌉ buckets
-    (Megatron-Core's DDP: b₀ = 40M, b₁ = 1M), or one for the whole buffer."""
+    takes on ``ranks`` ranks, by the stack's unit (StackProfile.dp_collective_unit, or
+    zero3_collective_unit under ZeRO-3 where the stack sets it): one per block plus one for
+    the embedding/head (FSDP), ⌈params / max(b₀, b₁·g)⌉ buckets (Megatron-Core's DDP:
+    b₀ = 40M, b₁ = 1M), or one for the whole buffer."""
     stack = ctx.stack
-    if stack.dp_collective_unit == "block":
-        return np.asarray(blocks, dtype=float) + 1.0
-    if stack.dp_collective_unit == "buffer":
-        return np.ones(np.shape(params))
     bucket = np.maximum(
         stack.dp_bucket_params, stack.dp_bucket_params_per_rank * np.asarray(ranks, dtype=float)
     )
-    return np.maximum(1.0, np.ceil(np.asarray(params, dtype=float) / bucket))
+    by_unit = {
+        "block": np.asarray(blocks, dtype=float) + 1.0,
+        "buffer": np.ones(np.shape(params)),
+        "bucket": np.maximum(1.0, np.ceil(np.asarray(params, dtype=float) / bucket)),
+    }
+    counts = by_unit[stack.dp_collective_unit]
+    if stack.zero3_collective_unit is None:
+        return counts
+    return np.where(np.asarray(zero_stage) == 3, by_unit[stack.zero3_collective_unit], counts)
 
 
 def dp_comm_times_s(
@@ -175,7 +184,7 @@ def dp_comm_times_s(
         per_mb = per_mb + np.where(
             zero == 2, reduce, np.where(zero == 3, reduce + gathers_per_micro_batch * gather, 0.0)
         )
-        one = dp_collectives(ctx, group_params, blocks, ranks) * np.where(
+        one = dp_collectives(ctx, group_params, blocks, ranks, zero) * np.where(
             group_params > 0, ring_latency_s(ctx, ranks, span), 0.0
         )
         latency_step = latency_step + once_collectives * one

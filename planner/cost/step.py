@@ -43,8 +43,9 @@ offload stalls (the DP link is free while the stage waits on its offload link). 
 two transfers: ZeRO-2's weight gather has the forward of the first micro-batch to itself (with
 the forward counted for both, a longer offload stall had shortened the step). Only the
 transfers hide: each collective's ring latency (its g − 1 hops, each at its tier's latency) shows
-in full, once per block (FSDP stacks), per bucket (Megatron-Core, DeepSpeed) or per buffer, as
-the stack's dp_collective_unit says (dp_comm_times_s, dp_collectives). Each stage
+in full, once per block (FSDP stacks; Megatron-Core's ZeRO-3, Megatron-FSDP), per bucket
+(Megatron-Core, DeepSpeed) or per buffer, as the stack's dp_collective_unit (zero3_collective_unit
+under ZeRO-3) says (dp_comm_times_s, dp_collectives). Each stage
 reduces its own gradients under its own passes, so the DP term is the worst stage kind's (first,
 middle, last), as is the optimizer step. Mixture-of-experts blocks add the expert-parallel token
 dispatch and combine to U and reduce their routed experts' gradients over the

@@ -86,6 +86,11 @@ class StackProfile(Spec):
     (FSDP wraps each block; the embedding and head are one more unit); ``bucket`` — a bucket
     of max(dp_bucket_params, dp_bucket_params_per_rank·g) parameters for a group of g ranks
     (Megatron-Core's DDP); ``buffer`` — the whole gradient buffer at once."""
+    zero3_collective_unit: DpCollectiveUnit | None = None
+    """The unit under ZeRO-3 where the stack's ZeRO-3 is another implementation than its
+    lower stages (None: ``dp_collective_unit``). Megatron-Core's ZeRO-3 is Megatron-FSDP, whose
+    collectives carry one FSDP unit (a transformer layer) however large, while its DDP and
+    distributed optimizer bucket: ``block``."""
     dp_bucket_params: float = Field(default=40e6, ge=lim.MIN_DP_BUCKET_PARAMS, le=1e15)
     """Smallest bucket, in parameters (``bucket`` unit)."""
     dp_bucket_params_per_rank: float = Field(default=1e6, ge=0, le=1e12)
