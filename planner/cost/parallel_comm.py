@@ -28,6 +28,81 @@ from planner.cost.precision import block_weight_bytes
 from planner.specs import PLACEMENT_CODES
 
 
+def recomputed_tp_gathers(ctx: CostContext, recompute: ArrayLike) -> np.ndarray:
+    """TP all-gathers per collective site (the attention's and a dense FFN's) that the
+    backward's recompute runs again: 1 under selective recompute with torchtitan's per-op
+    policy, else 0 (full recompute repeats the whole forward, counted by the caller).
+
+    torchtitan's policy saves the outputs of every other mm, SDPA and the TP reduce-scatters
+    and prefers to recompute the rest (pytorch/torchtitan@820504e
+    torchtitan/models/llama3/parallelize_llama.py ``_save_list``, ``_custom_policy``): the
+    recomputed wk and w3 (planner.cost.flops.recomputed_gemm_shares) read the sequence-parallel
+    all-gathers of the attention and FFN inputs (its TP plan's PrepareModuleInput, Shard(1) →
+    Replicate), which are not saved, so both gathers run again; torch.compile's partitioner
+    recomputes a collective that a user's checkpoint region tags for recompute (PyTorch
+    torch/_functorch/partitioners.py ``force_save_collectives``). The reduce-scatter outputs
+    are saved and are not redone."""
+    code = np.asarray(recompute)
+    op_policy = ctx.stack.selective_policy == "torchtitan_op"
+    return np.where((code == 1) & op_policy, 1.0, 0.0)
+
+
+def sp_gather_bytes(ctx: CostContext) -> float:
+    """Bytes per element of a sequence-parallel all-gather's tensor: 2 (bf16), or, for the
+    low-precision share of the blocks under a recipe that casts the local shard before it
+    gathers (PrecisionRecipe.quantized_gather: torchao's tensorwise Float8ColwiseParallel,
+    Transformer Engine), the recipe's 1-byte format (its ``param_bytes``)."""
+    recipe, share = ctx.recipe, ctx.low_precision_share
+    if not recipe.quantized_gather or recipe.param_bytes is None:
+        return float(ACTIVATION_BYTES)
+    return (1 - share) * ACTIVATION_BYTES + share * recipe.param_bytes
+
+
+def sp_layout_copy_s(
+    ctx: CostContext,
+    tp: ArrayLike,
+    local_mb: ArrayLike,
+    recompute: ArrayLike,
+    sp: ArrayLike,
+    sites: ArrayLike,
+) -> np.ndarray:
+    """Seconds per block of the layout copies a stack with ``sp_layout_copies`` makes around
+    its sequence-parallel collectives (0 otherwise, without SP or at t = 1):
+    each all-gather and reduce-scatter (one of each per collective site, ``sites``, in the
+    forward, the backward and a full recompute, and the re-run gathers of
+    recomputed_tp_gathers) copies the whole b·s·h tensor once, reading and writing it
+    (2·e·b·s·h bytes; e = 2, or sp_gather_bytes for a gather) at the memory-bound rate.
+
+    Source: PyTorch torch/distributed/_functional_collectives.py, which DTensor's
+    Shard(1) ↔ Replicate redistributions call: all_gather_tensor with gather_dim != 0 runs
+    ``torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)`` after the gather,
+    reduce_scatter_tensor with scatter_dim != 0 ``torch.cat(torch.chunk(self, group_size,
+    dim=scatter_dim))`` before it. torchtitan's Llama TP plan shards its [b, s, h] activations
+    on dim 1 (pytorch/torchtitan@820504e torchtitan/models/llama3/parallelize_llama.py
+    apply_tp, whose note says folding b and s would accelerate Sequence Parallel); its PR #437
+    measured the two cats at 0.18 ms of an 8k-token FFN's 3 ms on an H100 (6 %). AsyncTP
+    (tp_overlap) replaces the cats by its fused ops' own passes of about the same size, and the
+    same copy is charged: _fused_matmul_reduce_scatter_impl (PyTorch
+    torch/distributed/_symmetric_memory/__init__.py) sums the t partial products in a pass of
+    its own over the whole b·s·h output (``reduce_fn``, where NCCL's reduce-scatter reduces in
+    flight) after moving the scatter dim of its input to the front, and
+    _fused_all_gather_matmul_impl returns the gathered input as a strided view
+    (``unflatten``: movedim(0, gather_dim)) that cannot be flattened to the [b·s, h] matrix
+    of the weight-gradient GEMM without a copy."""
+    t = np.asarray(tp, dtype=float)
+    code = np.asarray(recompute)
+    if not ctx.stack.sp_layout_copies:
+        return np.zeros(np.broadcast(t, code).shape)
+    site_count = np.asarray(sites, dtype=float)
+    scatters = site_count * (2 + (code == 2))
+    gathers = scatters + site_count * recomputed_tp_gathers(ctx, code)
+    elements = np.asarray(local_mb, dtype=float) * ctx.seq_len * ctx.model.hidden
+    copied = (scatters * ACTIVATION_BYTES + gathers * sp_gather_bytes(ctx)) * elements
+    seconds = 2 * copied / ctx.memory_bound_bytes_per_s
+    applies = np.asarray(sp, dtype=bool) & (t > 1)
+    return np.where(applies, seconds, 0.0)
+
+
 def cp_exposed_s(
     ctx: CostContext,
     tp: ArrayLike,

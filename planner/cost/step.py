@@ -88,7 +88,14 @@ from planner.cost.network import (
     all_reduce_s,
 )
 from planner.cost.offload import offload_exposed_s, offloaded_share, optimizer_step_s
-from planner.cost.parallel_comm import cp_exposed_s, dp_comm_times_s, group_spans, pp_message_s
+from planner.cost.parallel_comm import (
+    cp_exposed_s,
+    dp_comm_times_s,
+    group_spans,
+    pp_message_s,
+    recomputed_tp_gathers,
+    sp_layout_copy_s,
+)
 from planner.specs import RECOMPUTE_CODES
 
 
@@ -213,9 +220,12 @@ def block_pieces(
     """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: an
     all-reduce (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
     after attention and one after a dense FFN, in the forward, the backward and a full
-    recompute; an MoE block's FFN has one only for its shared experts (its routed experts'
-    traffic is the expert term, planner/cost/experts.py); with TP overlap (where the stack has
-    it) they hide under the weight GEMMs of those passes. CP: the K/V ring of the module
+    recompute (and the all-gathers a per-op selective recompute re-runs:
+    parallel_comm.recomputed_tp_gathers); an MoE block's FFN has one only for its shared
+    experts (its routed experts' traffic is the expert term, planner/cost/experts.py); with TP
+    overlap (where the stack has it) they hide under the weight GEMMs of those passes. A stack
+    that gathers on the sequence dimension adds its layout copies (parallel_comm.
+    sp_layout_copy_s) to the TP term. CP: the K/V ring of the module
     docstring. Under Calculon's arithmetic the TP term is Calculon's per-GEMM tiled overlap
     (calculon.calculon_block tp_s) and ``optimizer_link_s`` the optimizer state streamed in
     each backward (calculon.optimizer_stream_s). Under a stack that runs AxoNN's tensor
@@ -229,17 +239,14 @@ def block_pieces(
     times = block_times(ctx, tp, mb, code, sp, cp, ep, column, depth)
     activation_bytes = ACTIVATION_BYTES * local_mb * ctx.seq_len
     ffn_collectives = 1 - m.moe_share + m.moe_share * (m.shared_experts > 0)
-    tp_raw = (
-        (1 + ffn_collectives)
-        * (2 + (code == 2))
-        * all_reduce_s(ctx, t, t, activation_bytes * m.hidden)
-    )
+    passes = 2 + (code == 2) + recomputed_tp_gathers(ctx, code) / 2
+    tp_raw = (1 + ffn_collectives) * passes * all_reduce_s(ctx, t, t, activation_bytes * m.hidden)
     tp_window = times.forward_gemm_s * (3 + (code == 2))
     hidden = np.minimum(tp_raw, tp_window)
     overlapped = tp_raw - hidden * (1 - ctx.stack.tp_overlap_contention)
-    tp_exposed = np.where(
-        np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap, overlapped, tp_raw
-    )
+    overlap_on = np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap
+    copies = sp_layout_copy_s(ctx, tp, local_mb, code, sp, 1 + ffn_collectives)
+    tp_exposed = np.where(overlap_on, overlapped, tp_raw) + copies
     if ctx.calculon:
         overlap = np.asarray(tp_overlap, dtype=bool) & ctx.stack.tp_overlap
         tp_exposed = calculon.calculon_block(ctx, tp, mb, code, sp, overlap).tp_s

@@ -61,6 +61,13 @@ class StackProfile(Spec):
     X·Y·Z with Strategy.tp_column = X, tp_depth = Z, row Y = tp/(X·Z)
     (planner/cost/axonn_comm.py). Only an ``axonn`` stack searches X, Z > 1; its grid (1, tp, 1)
     is Megatron's 1D form run by AxoNN's layers."""
+    sp_layout_copies: bool = False
+    """Its sequence-parallel collectives gather and scatter [b, s, h] activations on the
+    sequence dimension, which is not the one NCCL's all-gather and reduce-scatter concatenate
+    (dim 0): each all-gather is followed, and each reduce-scatter preceded, by a copy of the
+    whole b·s·h tensor (PyTorch's functional collectives, torch.cat of the chunks; with TP
+    overlap, the fused ops' passes of that size: planner/cost/parallel_comm.py
+    sp_layout_copy_s). Megatron's [s, b, h] layout gathers on dim 0 and copies nothing."""
     tp_overlap_contention: float = Field(default=0.0, ge=0, le=1)
     """With TP overlap, this share of the hidden communication time still shows up, as the
     communication kernels take SMs and memory bandwidth from the GEMMs they hide under."""
