@@ -266,6 +266,13 @@ def model_state(
     LM head, or, where the stack keeps FSDP2's root unit gathered (``zero3_root_gathered``),
     two blocks and the whole embedding and head; ``expert_dp``
     the number that shard the routed experts (edp, planner/cost/experts.py; default ``dp``).
+    Where the stack does not reshard under pipeline parallelism
+    (``zero3_unsharded_under_pp``, torchtitan), ZeRO-3 with p > 1 holds every unit of the stage
+    gathered instead (weights e·(blocks·P_block + extra) per rank, shards included) and the
+    gradients unsharded, g·(blocks·P_block + extra) in place of the shards: FSDP2 accumulates
+    each micro-batch's gradient unsharded in the reduce dtype and reduce-scatters once, after
+    the last backward, when the sharded gradients are first written (the step's peak, with the
+    micro-batches' activations, is before). With p = 1, or d = 1, nothing changes.
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
     HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
@@ -314,6 +321,16 @@ def model_state(
     else:
         root_gathered = 0.0 * extra_gathered
         gathered = _two_largest_units(ctx, pp, block_gathered, blocks_per_stage, extra_gathered)
+    held_block_grads, held_extra_grads = block_grads, extra_grads
+    if ctx.stack.zero3_unsharded_under_pp:
+        # torchtitan under PP: no unit is resharded during the step (every block's weights
+        # gathered, the root's too) and each parameter's gradient is accumulated unsharded over
+        # the micro-batches, then reduce-scattered once (StackProfile.zero3_unsharded_under_pp)
+        under_pp = (zero == 3) & (np.asarray(pp) > 1)
+        gathered = np.where(under_pp, blocks_per_stage * block_gathered, gathered)
+        root_gathered = np.where(under_pp, extra_gathered, root_gathered)
+        held_block_grads = np.where(under_pp, params.blocks, block_grads)
+        held_extra_grads = np.where(under_pp, params.extra, extra_grads)
     working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
     optimizer_bytes = ctx.optimizer_bytes_per_param * sharded(
         dense_blocks + params.extra, params.experts, 1
@@ -327,7 +344,7 @@ def model_state(
     weights = block_weight_bytes(ctx) * held_block_weights + e * (extra_weights + root_gathered)
     # the precision recipe's cached low-precision copies of the held block weights
     weights = weights + weight_copy_bytes(ctx, held_block_weights)
-    gradients = g * (kept * block_grads + q_w * working + extra_grads)
+    gradients = g * (kept * held_block_grads + q_w * working + held_extra_grads)
     offloaded = tuple(
         {
             "weights": offloaded_share(offload_weights, tier)
