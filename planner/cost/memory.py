@@ -11,7 +11,10 @@ parallelism stores b/cp of each micro-batch's tokens per rank (and 1/cp of the s
 materialised).
 
 Model state follows the stack's conventions: its gradient dtype, optimizer bytes per parameter
-and HBM reserve, and with offloading the blocks it keeps resident (``offload_resident_blocks``).
+and HBM reserve, with offloading the blocks it keeps resident (``offload_resident_blocks``),
+and under ZeRO-3 what it keeps gathered: two units beside the shards, FSDP2's root unit
+(``zero3_root_gathered``), or under pipeline parallelism the whole stage with its gradients
+unsharded (``zero3_unsharded_under_pp``: torchtitan reshards nothing during a PP step).
 Weights are replicated over the cp ranks, so ZeRO and the distributed optimizer shard over the
 dp·cp ranks that hold the same weights (Megatron-Core's data-parallel-with-CP group); routed
 experts are split over ep·etp ranks and shard over the edp = t·cp·dp/(ep·etp) ranks that hold
