@@ -12,9 +12,7 @@ materialised).
 
 Model state follows the stack's conventions: its gradient dtype, optimizer bytes per parameter
 and HBM reserve, with offloading the blocks it keeps resident (``offload_resident_blocks``),
-and under ZeRO-3 what it keeps gathered: two units beside the shards, FSDP2's root unit
-(``zero3_root_gathered``), or under pipeline parallelism the whole stage with its gradients
-unsharded (``zero3_unsharded_under_pp``: torchtitan reshards nothing during a PP step).
+under ZeRO-3 what it keeps gathered (``zero3_root_gathered``, ``zero3_unsharded_under_pp``).
 Weights are replicated over the cp ranks, so ZeRO and the distributed optimizer shard over the
 dp·cp ranks that hold the same weights (Megatron-Core's data-parallel-with-CP group); routed
 experts are split over ep·etp ranks and shard over the edp = t·cp·dp/(ep·etp) ranks that hold
@@ -269,13 +267,11 @@ def model_state(
     LM head, or, where the stack keeps FSDP2's root unit gathered (``zero3_root_gathered``),
     two blocks and the whole embedding and head; ``expert_dp``
     the number that shard the routed experts (edp, planner/cost/experts.py; default ``dp``).
-    Where the stack does not reshard under pipeline parallelism
-    (``zero3_unsharded_under_pp``, torchtitan), ZeRO-3 with p > 1 holds every unit of the stage
-    gathered instead (weights e·(blocks·P_block + extra) per rank, shards included) and the
-    gradients unsharded, g·(blocks·P_block + extra) in place of the shards: FSDP2 accumulates
-    each micro-batch's gradient unsharded in the reduce dtype and reduce-scatters once, after
-    the last backward, when the sharded gradients are first written (the step's peak, with the
-    micro-batches' activations, is before). With p = 1, or d = 1, nothing changes.
+    Where the stack reshards nothing under PP (``zero3_unsharded_under_pp``, torchtitan),
+    ZeRO-3 with p > 1 holds every unit gathered, e·(blocks·P_block + extra) shards included,
+    and g·(blocks·P_block + extra) of unsharded gradients in place of the shards (accumulated
+    over the micro-batches and reduce-scattered once, after the last backward, which first
+    writes the sharded ones); with p = 1 or d = 1 nothing changes.
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
     HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
@@ -326,9 +322,7 @@ def model_state(
         gathered = _two_largest_units(ctx, pp, block_gathered, blocks_per_stage, extra_gathered)
     held_block_grads, held_extra_grads = block_grads, extra_grads
     if ctx.stack.zero3_unsharded_under_pp:
-        # torchtitan under PP: no unit is resharded during the step (every block's weights
-        # gathered, the root's too) and each parameter's gradient is accumulated unsharded over
-        # the micro-batches, then reduce-scattered once (StackProfile.zero3_unsharded_under_pp)
+        # every unit stays gathered, the gradients unsharded (StackProfile docstring, sources)
         under_pp = (zero == 3) & (np.asarray(pp) > 1)
         gathered = np.where(under_pp, blocks_per_stage * block_gathered, gathered)
         root_gathered = np.where(under_pp, extra_gathered, root_gathered)
