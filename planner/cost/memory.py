@@ -268,10 +268,9 @@ def model_state(
     two blocks and the whole embedding and head; ``expert_dp``
     the number that shard the routed experts (edp, planner/cost/experts.py; default ``dp``).
     Where the stack reshards nothing under PP (``zero3_unsharded_under_pp``, torchtitan),
-    ZeRO-3 with p > 1 holds every unit gathered, e·(blocks·P_block + extra) shards included,
-    and g·(blocks·P_block + extra) of unsharded gradients in place of the shards (accumulated
-    over the micro-batches and reduce-scattered once, after the last backward, which first
-    writes the sharded ones); with p = 1 or d = 1 nothing changes.
+    ZeRO-3 with p > 1 holds every unit gathered, e·(blocks·P_block + extra), and the
+    unsharded gradients, g·(blocks·P_block + extra), in place of the shards (reduce-scattered
+    once, after the last backward); with p = 1 or d = 1 nothing changes.
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
     HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
@@ -320,14 +319,12 @@ def model_state(
     else:
         root_gathered = 0.0 * extra_gathered
         gathered = _two_largest_units(ctx, pp, block_gathered, blocks_per_stage, extra_gathered)
-    held_block_grads, held_extra_grads = block_grads, extra_grads
-    if ctx.stack.zero3_unsharded_under_pp:
-        # every unit stays gathered, the gradients unsharded (StackProfile docstring, sources)
-        under_pp = (zero == 3) & (np.asarray(pp) > 1)
-        gathered = np.where(under_pp, blocks_per_stage * block_gathered, gathered)
-        root_gathered = np.where(under_pp, extra_gathered, root_gathered)
-        held_block_grads = np.where(under_pp, params.blocks, block_grads)
-        held_extra_grads = np.where(under_pp, params.extra, extra_grads)
+    # a stack that reshards nothing under PP: every unit gathered, the gradients unsharded
+    under_pp = ctx.stack.zero3_unsharded_under_pp & (zero == 3) & (np.asarray(pp) > 1)
+    gathered = np.where(under_pp, blocks_per_stage * block_gathered, gathered)
+    root_gathered = np.where(under_pp, extra_gathered, root_gathered)
+    held_block_grads = np.where(under_pp, params.blocks, block_grads)
+    held_extra_grads = np.where(under_pp, params.extra, extra_grads)
     working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
     optimizer_bytes = ctx.optimizer_bytes_per_param * sharded(
         dense_blocks + params.extra, params.experts, 1
