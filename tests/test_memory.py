@@ -124,3 +124,77 @@ def test_the_share_of_hbm_a_plan_may_fill_is_the_stacks_unless_the_job_says() ->
     assert fraction() == 0.95
     assert fraction(stack="calculon") == 1.0
     assert fraction(stack="calculon", hbm_usable_fraction=0.8) == 0.8
+
+
+def _titan_state(unsharded_under_pp: bool, pp: int, dp: int, stage: str, zero: int = 3):
+    """torchtitan's model state for llama3-8b at tp 2 with 8 blocks on the stage, with the
+    stack's ``zero3_unsharded_under_pp`` as given."""
+    import hardware_catalog
+    from planner.cost.memory import model_state
+
+    stack = hardware_catalog.load_stack("torchtitan")
+    stack = stack.model_copy(update={"zero3_unsharded_under_pp": unsharded_under_pp})
+    ctx = CostContext(
+        hardware_catalog.load_model("llama3-8b"),
+        hardware_catalog.load_system("dgx-h100"),
+        JobSpec(global_batch=64, stack="torchtitan"),
+        stack=stack,
+    )
+    state = model_state(ctx, 2, pp, 8, dp, zero, 0, 0, stage)
+    return ctx, stage_params(ctx, 2, pp, 8, stage), state
+
+
+@pytest.mark.parametrize("stage", ["first", "middle", "last"])
+def test_torchtitan_under_pp_holds_the_stages_whole_weights_and_gradients(stage: str) -> None:
+    """FSDP2 under PP (StackProfile.zero3_unsharded_under_pp): every unit of the stage stays
+    gathered and its gradients accumulate unsharded, so ZeRO-3 at p > 1 holds e·P_stage of
+    weights and g·P_stage of gradients (P_stage: the rank's blocks and embedding/head, whole),
+    beside the sharded optimizer state; without the flag, the shards and two gathered blocks
+    (the root unit gathered: zero3_root_gathered). At p = 1, at d = 1 and under ZeRO-1 the flag
+    changes nothing."""
+    dp, blocks = 8, 8
+    ctx, params, held = _titan_state(True, 4, dp, stage)
+    _, _, resharded = _titan_state(False, 4, dp, stage)
+    whole, block, extra = float(params.total), float(params.block), float(params.extra)
+    e, g = 2, ctx.grad_bytes
+    assert g == 4  # torchtitan's reduce dtype: fp32
+    assert float(held.weights) == pytest.approx(e * whole)
+    assert float(held.gradients) == pytest.approx(g * whole)
+    assert float(held.optimizer) == pytest.approx(float(resharded.optimizer))
+    # what the flag adds: the gathered rest of the blocks beyond the two the double buffer
+    # holds, and the gradients' unsharded rest beyond the shards
+    added = float(held.weights) - float(resharded.weights)
+    assert added == pytest.approx(e * (blocks - 2) * block * (1 - 1 / dp))
+    assert float(resharded.weights) == pytest.approx(
+        e * (whole / dp + 2 * block * (1 - 1 / dp) + extra * (1 - 1 / dp))
+    )
+    assert float(held.gradients) - float(resharded.gradients) == pytest.approx(
+        g * whole * (1 - 1 / dp)
+    )
+    for pp, d, zero in ((1, dp, 3), (4, 1, 3), (4, dp, 1)):
+        _, _, on = _titan_state(True, pp, d, stage, zero)
+        _, _, off = _titan_state(False, pp, d, stage, zero)
+        assert (float(on.weights), float(on.gradients)) == (
+            float(off.weights),
+            float(off.gradients),
+        ), (pp, d, zero)
+
+
+def test_a_checkpoint_writes_the_shards_not_the_stages_unsharded_copies() -> None:
+    """goodput's checkpoint state is the resharded one: the flag moves the step's peak only."""
+    import hardware_catalog
+    from planner.cost.goodput import state_bytes_per_gpu
+    from planner.specs import Strategy
+
+    stack = hardware_catalog.load_stack("torchtitan")
+    strategy = Strategy(tp=2, pp=4, dp=8, micro_batch=1, zero_stage=3)
+    states = []
+    for flag in (True, False):
+        ctx = CostContext(
+            hardware_catalog.load_model("llama3-8b"),
+            hardware_catalog.load_system("dgx-h100"),
+            JobSpec(global_batch=64, stack="torchtitan"),
+            stack=stack.model_copy(update={"zero3_unsharded_under_pp": flag}),
+        )
+        states.append(state_bytes_per_gpu(ctx, strategy))
+    assert states[0] == states[1]

@@ -55,6 +55,7 @@ goodput; GPU-hours = GPUs · effective hours; failures per day = 24 / M (hours).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -162,7 +163,12 @@ def checkpoint_bytes_total(ctx: CostContext) -> float:
 def state_bytes_per_gpu(ctx: CostContext, strategy: Strategy) -> tuple[float, float]:
     """(weights, optimizer) bytes one GPU holds on the heaviest pipeline stage, sharded as
     the strategy's ZeRO stage shards them (planner.cost.memory.model_state, nothing offloaded;
-    under ZeRO-3 the weights include the two gathered blocks, a small over-count)."""
+    under ZeRO-3 the weights include the two gathered blocks, a small over-count). A checkpoint
+    writes the state, not the step's unsharded copies: the stage's whole weights and gradients a
+    stack holds under PP (StackProfile.zero3_unsharded_under_pp) are left out."""
+    if ctx.stack.zero3_unsharded_under_pp:
+        resharded = ctx.stack.model_copy(update={"zero3_unsharded_under_pp": False})
+        ctx = replace(ctx, stack=resharded)
     first, middle, last = strategy.stage_blocks(ctx.model.layers)
     blocks = {"first": first, "middle": middle, "last": last}
     dp_cp = strategy.dp * strategy.cp

@@ -11,7 +11,8 @@ parallelism stores b/cp of each micro-batch's tokens per rank (and 1/cp of the s
 materialised).
 
 Model state follows the stack's conventions: its gradient dtype, optimizer bytes per parameter
-and HBM reserve, and with offloading the blocks it keeps resident (``offload_resident_blocks``).
+and HBM reserve, with offloading the blocks it keeps resident (``offload_resident_blocks``),
+under ZeRO-3 what it keeps gathered (``zero3_root_gathered``, ``zero3_unsharded_under_pp``).
 Weights are replicated over the cp ranks, so ZeRO and the distributed optimizer shard over the
 dp·cp ranks that hold the same weights (Megatron-Core's data-parallel-with-CP group); routed
 experts are split over ep·etp ranks and shard over the edp = t·cp·dp/(ep·etp) ranks that hold
@@ -266,6 +267,10 @@ def model_state(
     LM head, or, where the stack keeps FSDP2's root unit gathered (``zero3_root_gathered``),
     two blocks and the whole embedding and head; ``expert_dp``
     the number that shard the routed experts (edp, planner/cost/experts.py; default ``dp``).
+    Where the stack reshards nothing under PP (``zero3_unsharded_under_pp``, torchtitan),
+    ZeRO-3 with p > 1 holds every unit gathered, e·(blocks·P_block + extra), and the
+    unsharded gradients, g·(blocks·P_block + extra), in place of the shards (reduce-scattered
+    once, after the last backward); with p = 1 or d = 1 nothing changes.
     Offloading a share q of the weights (with their gradients) moves q of the blocks' shards to
     the offload tier and keeps q of the stack's resident blocks in HBM beside the other 1 − q:
     HBM e·((1 − q)·(blocks·shard + gathered) + q·resident + extra·shard); the embedding and LM
@@ -314,6 +319,12 @@ def model_state(
     else:
         root_gathered = 0.0 * extra_gathered
         gathered = _two_largest_units(ctx, pp, block_gathered, blocks_per_stage, extra_gathered)
+    # a stack that reshards nothing under PP: every unit gathered, the gradients unsharded
+    under_pp = ctx.stack.zero3_unsharded_under_pp & (zero == 3) & (np.asarray(pp) > 1)
+    gathered = np.where(under_pp, blocks_per_stage * block_gathered, gathered)
+    root_gathered = np.where(under_pp, extra_gathered, root_gathered)
+    held_block_grads = np.where(under_pp, params.blocks, block_grads)
+    held_extra_grads = np.where(under_pp, params.extra, extra_grads)
     working = np.minimum(ctx.stack.offload_resident_blocks, blocks_per_stage) * params.block
     optimizer_bytes = ctx.optimizer_bytes_per_param * sharded(
         dense_blocks + params.extra, params.experts, 1
@@ -327,7 +338,7 @@ def model_state(
     weights = block_weight_bytes(ctx) * held_block_weights + e * (extra_weights + root_gathered)
     # the precision recipe's cached low-precision copies of the held block weights
     weights = weights + weight_copy_bytes(ctx, held_block_weights)
-    gradients = g * (kept * block_grads + q_w * working + extra_grads)
+    gradients = g * (kept * held_block_grads + q_w * working + held_extra_grads)
     offloaded = tuple(
         {
             "weights": offloaded_share(offload_weights, tier)

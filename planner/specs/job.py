@@ -127,6 +127,15 @@ class StackProfile(Spec):
     """Under ZeRO-3 the unit holding the embedding, the final norm and the LM head stays
     gathered from its forward to its backward (FSDP2 does not reshard its root module after
     the forward); otherwise each is one unit of the double buffer (planner/cost/memory.py)."""
+    zero3_unsharded_under_pp: bool = False
+    """Under ZeRO-3 with pipeline parallelism (pp > 1) nothing of a stage is resharded during
+    the step: every unit's weights stay gathered from the first micro-batch's forward to the
+    last one's backward, and its gradients are accumulated unsharded in the gradient dtype
+    across the micro-batches and reduce-scattered once at the end (torchtitan: FSDP2
+    ``reshard_after_forward=False`` under PP, and torch.distributed.pipelining's
+    ``set_requires_gradient_sync(False)`` on every micro-batch's backward). The stage then holds
+    its whole weights and whole gradients instead of two gathered units beside the shards
+    (planner/cost/memory.py model_state)."""
     offload_resident_blocks: int = Field(default=3, ge=1, le=lim.MAX_LAYERS)
     """Blocks of an offloaded tensor kind kept in HBM: the one in use, the prefetched next and
     the previous one being written back."""
