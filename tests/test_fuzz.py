@@ -377,13 +377,16 @@ def test_tiny_or_boolean_numbers_in_spec_files_are_one_line_errors(
 def test_a_plan_past_the_solvers_time_range_is_an_input_error(
     tmp_path: Path, as_json: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One-second network latencies and 10k-parameter DP buckets, each inside its range,
-    together make a step of ~10^9 s, past the cap of the solver's time tables: the answer is
-    refused (the objective and the evaluation disagree) rather than called optimal."""
+    """One-second network latencies and 10k-parameter DP buckets (under every ZeRO stage),
+    each inside its range, together make a step of ~10^9 s, past the cap of the solver's time
+    tables: the answer is refused (the objective and the evaluation disagree) rather than
+    called optimal."""
     tiers = hardware_catalog.load_system("dgx-a100-80g").model_dump()["network_tiers"]
     slow = [{**tier, "latency_us": 1e6} for tier in tiers]
     system = _spec_file(tmp_path, "system", json.dumps({"network_tiers": slow}))
-    stack = _spec_file(tmp_path, "stack", "{dp_bucket_params: 10000, dp_bucket_params_per_rank: 0}")
+    buckets = "{dp_bucket_params: 10000, dp_bucket_params_per_rank: 0, "
+    buckets += "zero3_collective_unit: bucket}"
+    stack = _spec_file(tmp_path, "stack", buckets)
     argv = ["plan", "--model", "gpt3-175b", "--system", str(system), "--stack", str(stack)]
     argv += ["--gpus", "1024", "--global-batch", "1536", "--pin", "dp=128", *as_json]
     assert main(argv) == 2
