@@ -91,7 +91,8 @@ ASSUMPTIONS = (
     ),
     Assumption("gradients (bf16 → fp32 buffers and reduction)", stack_fields=("grad_dtype",)),
     Assumption(
-        "DP collectives (one ring per buffer → Megatron-Core's buckets, each ring's latency shown)",
+        "DP collectives (one ring per buffer → Megatron-Core's buckets, one per layer under ZeRO-3 "
+        "(Megatron-FSDP), each ring's latency shown)",
         stack_fields=(
             "dp_collective_unit",
             "zero3_collective_unit",
