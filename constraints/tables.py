@@ -210,8 +210,11 @@ class TableBuilder:
     def comm_sp(self) -> bool:
         """Whether the exposed TP traffic depends on sequence parallelism: Calculon's TP
         collectives differ with it (rs_ag); AxoNN's overlap windows are the block's passes,
-        whose memory-bound part it changes (planner/cost/axonn_comm.py)."""
-        return self.ctx.calculon or self.ctx.stack.tp_form == "axonn"
+        whose memory-bound part it changes (planner/cost/axonn_comm.py); a stack that gathers
+        on the sequence dimension copies around its SP collectives only with SP on
+        (StackProfile.sp_layout_copies, parallel_comm.sp_layout_copy_s)."""
+        stack = self.ctx.stack
+        return self.ctx.calculon or stack.tp_form == "axonn" or stack.sp_layout_copies
 
     @property
     def comm_knobs(self) -> tuple[str, ...]:

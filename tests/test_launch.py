@@ -634,15 +634,19 @@ def _resolved(job: dict, model: str) -> dict:
 def test_reproducer_without_emit_is_faster_than_torchtitan_can_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The unrestricted plan (ZeRO-1) is faster than anything torchtitan runs; the torchtitan
-    plan is the best of what it runs, not ZeRO-1 relabelled (issue 40's 18.99 s)."""
+    """The unrestricted plan is at least as fast as anything torchtitan runs; the torchtitan
+    plan is the best of what it runs, not the best ZeRO-1 plan relabelled ZeRO-2 (issue 40's
+    18.99 s; since Megatron-FSDP's per-layer collectives the unrestricted optimum is ZeRO-3,
+    so the ZeRO-1 plan is asked for with a pin)."""
     free = _json(capsys, ["plan", *REPRODUCER])
     titan = _json(capsys, ["plan", *REPRODUCER, "--emit", "torchtitan"])
-    assert free["strategy"]["zero_stage"] == 1
+    zero1 = _json(capsys, ["plan", *REPRODUCER, "--pin", "zero_stage=1"])
+    assert zero1["strategy"]["zero_stage"] == 1
     assert titan["strategy"]["zero_stage"] in (0, 2, 3)
     free_s, titan_s = free["estimate"]["step_time_s"], titan["estimate"]["step_time_s"]
     assert free_s <= titan_s
-    relabelled = Strategy(**free["strategy"]).model_copy(update={"zero_stage": 2})
+    assert free_s <= zero1["estimate"]["step_time_s"]
+    relabelled = Strategy(**zero1["strategy"]).model_copy(update={"zero_stage": 2})
     job = JobSpec(global_batch=1024)
     assert titan_s <= evaluate("llama3-70b", "dgx-h100", job, relabelled).step_time_s
 
