@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
+from cuda_timing import time_ms
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 E4M3_MAX, E5M2_MAX = 448.0, 57344.0
@@ -106,21 +106,6 @@ def gemms_only(step):
         return lambda: [real_mm8(*call) for call in calls]
 
     return prepare
-
-
-def time_ms(fn, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def main() -> None:

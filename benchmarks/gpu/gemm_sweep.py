@@ -23,31 +23,16 @@ What it measures (CUDA events; each figure the median of ``--iters`` timed calls
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import statistics
 import subprocess
 import threading
 import time
 
 import torch
+from cuda_timing import smi_reading, time_ms
 
 FP8 = torch.float8_e4m3fn
-
-
-def time_ms(fn, warmup: int, iters: int) -> float:
-    """Median milliseconds of ``fn()`` over ``iters`` calls, each timed with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def gemm_shapes() -> list[tuple[str, int, int, int]]:
@@ -154,16 +139,8 @@ def sample_smi(stop: threading.Event, samples: list) -> None:
         "clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active"
     )
     while not stop.is_set():
-        try:
-            text = subprocess.run(
-                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-            samples.append(text)
-        except (OSError, subprocess.SubprocessError):
-            pass
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            samples.append(", ".join(smi_reading(query)))
         time.sleep(0.25)
 
 

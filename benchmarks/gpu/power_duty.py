@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import threading
 import time
 
 import torch
+from cuda_timing import smi_reading
 
 QUERY = "power.draw,clocks.sm,power.limit,temperature.gpu,clocks_throttle_reasons.active"
 
@@ -33,13 +33,7 @@ QUERY = "power.draw,clocks.sm,power.limit,temperature.gpu,clocks_throttle_reason
 def sample(stop: threading.Event, rows: list[list[float]]) -> None:
     """Append nvidia-smi readings [W, MHz, limit W, °C, reasons] every 0.1 s until stopped."""
     while not stop.is_set():
-        text = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-        fields = [part.strip() for part in text.split(",")]
+        fields = smi_reading(QUERY)
         rows.append(
             [
                 float(fields[0]),

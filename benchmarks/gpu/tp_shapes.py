@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
+from cuda_timing import time_ms
 
 
 def shapes() -> list[tuple[str, int, int, int]]:
@@ -38,21 +38,6 @@ def shapes() -> list[tuple[str, int, int, int]]:
             out.append((f"{model} {name} dgrad", tokens, k, n))
             out.append((f"{model} {name} wgrad", k, n, tokens))
     return out
-
-
-def time_ms(fn, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def main() -> None:
