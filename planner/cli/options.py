@@ -185,7 +185,7 @@ def _add_hardware_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--power-cap-w",
-        type=number(0, 10_000),
+        type=number(0, lim.MAX_POWER_W),
         metavar="W",
         help="accelerator power limit (nvidia-smi -pl); slows compute-bound work "
         "(needs the system's tdp_w)",

@@ -47,6 +47,16 @@ def recomputed_tp_gathers(ctx: CostContext, recompute: ArrayLike) -> np.ndarray:
     return np.where((code == 1) & op_policy, 1.0, 0.0)
 
 
+def tp_collective_passes(ctx: CostContext, recompute: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(reduce-scatters, all-gathers) per TP collective site of a block per micro-batch: one
+    of each in the forward, the backward and a full recompute (with SP; without it each pair
+    is one all-reduce of the same volume), and the gathers a per-op selective recompute runs
+    again (recomputed_tp_gathers)."""
+    code = np.asarray(recompute)
+    scatters = 2.0 + (code == 2)
+    return scatters, scatters + recomputed_tp_gathers(ctx, code)
+
+
 def sp_gather_bytes(ctx: CostContext) -> float:
     """Bytes per element of a sequence-parallel all-gather's tensor: 2 (bf16), or, for the
     low-precision share of the blocks under a recipe that casts the local shard before it
@@ -70,8 +80,9 @@ def sp_layout_copy_s(
     its sequence-parallel collectives (0 otherwise, without SP or at t = 1):
     each all-gather and reduce-scatter (one of each per collective site, ``sites``, in the
     forward, the backward and a full recompute, and the re-run gathers of
-    recomputed_tp_gathers) copies the whole b·s·h tensor once, reading and writing it
-    (2·e·b·s·h bytes; e = 2, or sp_gather_bytes for a gather) at the memory-bound rate.
+    recomputed_tp_gathers: tp_collective_passes) copies the whole b·s·h tensor once, reading
+    and writing it (2·e·b·s·h bytes; e = 2, or sp_gather_bytes for a gather) at the
+    memory-bound rate.
 
     Source: PyTorch torch/distributed/_functional_collectives.py, which DTensor's
     Shard(1) ↔ Replicate redistributions call: all_gather_tensor with gather_dim != 0 runs
@@ -93,11 +104,10 @@ def sp_layout_copy_s(
     code = np.asarray(recompute)
     if not ctx.stack.sp_layout_copies:
         return np.zeros(np.broadcast(t, code).shape)
+    scatters, gathers = tp_collective_passes(ctx, code)
     site_count = np.asarray(sites, dtype=float)
-    scatters = site_count * (2 + (code == 2))
-    gathers = scatters + site_count * recomputed_tp_gathers(ctx, code)
     elements = np.asarray(local_mb, dtype=float) * ctx.seq_len * ctx.model.hidden
-    copied = (scatters * ACTIVATION_BYTES + gathers * sp_gather_bytes(ctx)) * elements
+    copied = site_count * (scatters * ACTIVATION_BYTES + gathers * sp_gather_bytes(ctx)) * elements
     seconds = 2 * copied / ctx.memory_bound_bytes_per_s
     applies = np.asarray(sp, dtype=bool) & (t > 1)
     return np.where(applies, seconds, 0.0)
@@ -176,18 +186,22 @@ def dp_collectives(
     the embedding/head (FSDP), ⌈params / max(b₀, b₁·g)⌉ buckets (Megatron-Core's DDP:
     b₀ = 40M, b₁ = 1M), or one for the whole buffer."""
     stack = ctx.stack
-    bucket = np.maximum(
-        stack.dp_bucket_params, stack.dp_bucket_params_per_rank * np.asarray(ranks, dtype=float)
-    )
-    by_unit = {
-        "block": np.asarray(blocks, dtype=float) + 1.0,
-        "buffer": np.ones(np.shape(params)),
-        "bucket": np.maximum(1.0, np.ceil(np.asarray(params, dtype=float) / bucket)),
-    }
-    counts = by_unit[stack.dp_collective_unit]
+
+    def count(unit: str) -> np.ndarray:
+        if unit == "block":
+            return np.asarray(blocks, dtype=float) + 1.0
+        if unit == "buffer":
+            return np.ones(np.shape(params))
+        bucket = np.maximum(
+            stack.dp_bucket_params,
+            stack.dp_bucket_params_per_rank * np.asarray(ranks, dtype=float),
+        )
+        return np.maximum(1.0, np.ceil(np.asarray(params, dtype=float) / bucket))
+
+    counts = count(stack.dp_collective_unit)
     if stack.zero3_collective_unit is None:
         return counts
-    return np.where(np.asarray(zero_stage) == 3, by_unit[stack.zero3_collective_unit], counts)
+    return np.where(np.asarray(zero_stage) == 3, count(stack.zero3_collective_unit), counts)
 
 
 def dp_comm_times_s(

@@ -93,8 +93,8 @@ from planner.cost.parallel_comm import (
     dp_comm_times_s,
     group_spans,
     pp_message_s,
-    recomputed_tp_gathers,
     sp_layout_copy_s,
+    tp_collective_passes,
 )
 from planner.specs import RECOMPUTE_CODES
 
@@ -221,7 +221,7 @@ def block_pieces(
     all-reduce (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
     after attention and one after a dense FFN, in the forward, the backward and a full
     recompute (and the all-gathers a per-op selective recompute re-runs:
-    parallel_comm.recomputed_tp_gathers); an MoE block's FFN has one only for its shared
+    parallel_comm.tp_collective_passes); an MoE block's FFN has one only for its shared
     experts (its routed experts' traffic is the expert term, planner/cost/experts.py); with TP
     overlap (where the stack has it) they hide under the weight GEMMs of those passes. A stack
     that gathers on the sequence dimension adds its layout copies (parallel_comm.
@@ -239,7 +239,8 @@ def block_pieces(
     times = block_times(ctx, tp, mb, code, sp, cp, ep, column, depth)
     activation_bytes = ACTIVATION_BYTES * local_mb * ctx.seq_len
     ffn_collectives = 1 - m.moe_share + m.moe_share * (m.shared_experts > 0)
-    passes = 2 + (code == 2) + recomputed_tp_gathers(ctx, code) / 2
+    scatters, gathers = tp_collective_passes(ctx, code)
+    passes = (scatters + gathers) / 2  # all-reduce equivalents: a scatter and a gather each
     tp_raw = (1 + ffn_collectives) * passes * all_reduce_s(ctx, t, t, activation_bytes * m.hidden)
     tp_window = times.forward_gemm_s * (3 + (code == 2))
     hidden = np.minimum(tp_raw, tp_window)

@@ -36,8 +36,6 @@ CAPACITY_GIB = (lim.MIN_CAPACITY_GIB, lim.MAX_CAPACITY_GIB)
 """The range of a capacity override (GiB per GPU): a memory tier's (specs.MemoryTierSpec)."""
 BANDWIDTH_GBPS = (lim.MIN_BANDWIDTH_GBPS, lim.MAX_BANDWIDTH_GBPS)
 """The range of a bandwidth override (GB/s per GPU per direction): a tier's (specs)."""
-POWER_W_MAX = 10_000
-"""The largest power limit (W per GPU), as AcceleratorSpec's power fields allow."""
 
 
 class HardwareOverrides(BaseModel):
@@ -51,7 +49,7 @@ class HardwareOverrides(BaseModel):
     scale_up_gbps: float | None = Field(default=None, ge=BANDWIDTH_GBPS[0], le=BANDWIDTH_GBPS[1])
     scale_up_domain: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
     scale_out_gbps: float | None = Field(default=None, ge=BANDWIDTH_GBPS[0], le=BANDWIDTH_GBPS[1])
-    power_cap_w: float | None = Field(default=None, gt=0, le=POWER_W_MAX)
+    power_cap_w: float | None = Field(default=None, gt=0, le=lim.MAX_POWER_W)
     """The accelerator's configured power limit (``nvidia-smi -pl``): compute-bound rates scale
     by AcceleratorSpec.clock_fraction; needs the system's ``tdp_w``."""
 

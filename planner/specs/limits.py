@@ -107,6 +107,8 @@ MAX_JOBS = 1024
 MAX_GPU_HOUR_USD = 1e6
 MAX_USD = 1e12
 """Dollar amounts in a dataset or a cost query."""
+MAX_POWER_W = 10_000.0
+"""Largest board power (TDP, power limit, idle power) a spec may give, in W per GPU."""
 
 
 def check_range(field: str, value: float, low: float, high: float, low_open: bool = False) -> None:

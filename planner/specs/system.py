@@ -49,11 +49,11 @@ class AcceleratorSpec(Spec):
     bf16, times this factor is the format's curve. A format not listed: 1 (the bf16 curve)."""
     block_scaling: bool = False
     """Tensor cores that apply per-block scales in the GEMM (MXFP8, NVFP4: Blackwell)."""
-    tdp_w: float | None = Field(default=None, gt=0, le=10_000)
+    tdp_w: float | None = Field(default=None, gt=0, le=lim.MAX_POWER_W)
     """Board power at which the datasheet peaks hold (the part's TDP)."""
-    power_cap_w: float | None = Field(default=None, gt=0, le=10_000)
+    power_cap_w: float | None = Field(default=None, gt=0, le=lim.MAX_POWER_W)
     """Configured power limit (``nvidia-smi -pl``) when below ``tdp_w``."""
-    idle_power_w: float = Field(default=0.0, ge=0, le=10_000)
+    idle_power_w: float = Field(default=0.0, ge=0, le=lim.MAX_POWER_W)
     """Board power with no kernel running (static power, HBM and board), measured; 0 where
     unmeasured. Only the power above it scales with the clock (clock_fraction)."""
     power_exponent: float = Field(default=3.0, ge=1, le=4)
