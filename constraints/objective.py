@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from constraints.dp_exposure import dp_transfers_shown
 from constraints.grid import PerBlock
 from constraints.tables import TableBuilder
-from constraints.variables import INT_LIMIT, Variables
+from constraints.variables import INT_LIMIT, Variables, linear, upper
 from planner.cost.interleave import fill_drain_hops
 
 
@@ -41,15 +42,6 @@ class StepVariables:
     pipeline: cp_model.IntVar
     dp_exposed: tuple[cp_model.IntVar, ...]
     optimizer: cp_model.IntVar
-
-
-def upper(variables: Variables, terms: list[tuple[int, cp_model.IntVar]]) -> int:
-    """Upper bound of Σ coef·var for non-negative variables and coefficients."""
-    return sum(coef * variables.ub(var) for coef, var in terms)
-
-
-def linear(terms: list[tuple[int, cp_model.IntVar]]) -> cp_model.LinearExpr:
-    return sum(coef * var for coef, var in terms)
 
 
 def add_step_time(
@@ -127,25 +119,6 @@ def add_step_time(
                 )
             )
             continue
-        exposed_after = _exposed_once(
-            variables,
-            f"dp_after_exposed_{stage}",
-            comm.after_backward_s,
-            [(1, compute.once, 0), (-1, forward.once, 0), *off_b],
-            stage,
-            overlap,
-            stage_after,
-            exact=exact_exposure,
-        )
-        exposed_before = _exposed_once(
-            variables,
-            f"dp_before_exposed_{stage}",
-            comm.before_forward_s,
-            [(1, forward.once, 0), *off_f],
-            stage,
-            overlap,
-            exact=exact_exposure,
-        )
         comm_all = _times_micro_batches(
             variables, f"dp_per_step_comm_{stage}", micro_batches, comm.per_micro_batch_s
         )
@@ -163,13 +136,24 @@ def add_step_time(
             (zero2, backward_step) if zero2 is not None else None,
             exact=exact_exposure,
         )
+        transfers = dp_transfers_shown(
+            variables,
+            comm,
+            comm_all,
+            exposed_mb,
+            [(1, compute.once, 0), (-1, forward.once, 0), *off_b],
+            [(1, forward.once, 0), *off_f],
+            stage_after,
+            stage,
+            overlap,
+            tables.ctx.stack.dp_overlap_contention,
+            exact_exposure,
+        )
         # Ring latencies never hide (step.dp_comm_times_s).
         latency_mb = _times_micro_batches(
             variables, f"dp_latency_per_step_{stage}", micro_batches, comm.latency_per_micro_batch_s
         )
-        stage_sums.append(
-            [exposed_after, exposed_before, exposed_mb, comm.latency_per_step_s, latency_mb]
-        )
+        stage_sums.append([transfers, comm.latency_per_step_s, latency_mb])
     dp_exposed = variables.new_int(
         "dp_exposed", max(sum(variables.ub(x) for x in parts) for parts in stage_sums)
     )

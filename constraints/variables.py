@@ -364,3 +364,12 @@ def prime_factors(value: int) -> dict[int, int]:
     if value > 1:
         factors[value] = factors.get(value, 0) + 1
     return factors
+
+
+def upper(variables: Variables, terms: list[tuple[int, cp_model.IntVar]]) -> int:
+    """Upper bound of Σ coef·var for non-negative variables and coefficients."""
+    return sum(coef * variables.ub(var) for coef, var in terms)
+
+
+def linear(terms: list[tuple[int, cp_model.IntVar]]) -> cp_model.LinearExpr:
+    return sum(coef * var for coef, var in terms)

@@ -191,9 +191,9 @@ def test_min_hardware_max_days_json(capsys: pytest.CaptureFixture[str]) -> None:
     argv += ["--global-batch", "2048", "--minimize", "gpus", "--train-tokens", "15e12"]
     code, out, _ = run(capsys, *argv, "--max-days", "60", "--json")
     data = json.loads(out)
-    assert code == 0 and data["minimum"]["value"] == 22528 and data["minimum"]["proven"]
+    assert code == 0 and data["minimum"]["value"] == 24576 and data["minimum"]["proven"]
     goodput = data["minimum"]["estimate"]["goodput"]
-    assert goodput["effective_days"] <= 60 and goodput["gpus"] == 22528
+    assert goodput["effective_days"] <= 60 and goodput["gpus"] == 24576
     assert "within 60 days with failures" in data["goal"]
 
 

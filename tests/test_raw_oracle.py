@@ -39,9 +39,9 @@ from planner.specs import JobSpec, ModelSpec, Strategy
 from planner.specs.system import CalculonTables
 from tests.conftest import calculon_tables, simple_system
 from tests.rounding import assert_proves_oracle_optimum
-from tests.test_planner import REL, SMALL_BUCKETS
+from tests.test_planner import CONTENDED, REL, SMALL_BUCKETS
 
-STACKS = [*hardware_catalog.stack_names(), SMALL_BUCKETS]
+STACKS = [*hardware_catalog.stack_names(), SMALL_BUCKETS, CONTENDED]
 CAPS = dict(max_micro_batch=4, max_interleave=4, max_cp=4, offload_step=4)
 
 

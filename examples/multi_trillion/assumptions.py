@@ -6,7 +6,7 @@ planner's one at a time, and the takeaways' numbers measured at each step.
 
 The poster's assumptions are the catalog system ``h100-offload-512g-poster`` (Calculon's H100
 file) with the stack ``calculon``; planner's are ``h100-offload-512g`` (measured H100 curves)
-with ``megatron-core`` (fitted to published Megatron-Core/NeMo runs). They differ in eleven
+with ``megatron-core`` (fitted to published Megatron-Core/NeMo runs). They differ in the
 assumptions (ASSUMPTIONS). For each number the takeaways turn on (NUMBERS: MFU of the plans at
 16,384 GPUs and the 1T model's scaling), the script reports
 
@@ -70,13 +70,22 @@ ASSUMPTIONS = (
         "stack's share of the GEMM curve (1 → 0.825, fitted)", stack_fields=("gemm_efficiency",)
     ),
     Assumption(
-        "attention (matmul curve → cuDNN fused kernel as measured × 0.779)",
+        "attention (matmul curve → cuDNN fused kernel as measured × 0.775)",
         system_fields=("accelerator.attention_kernels",),
         stack_fields=("attention_kernel", "attention_efficiency"),
     ),
     Assumption(
-        "TP overlap (perfect → 54 % of hidden time still exposed)",
+        "TP overlap (perfect → 43 % of hidden time still exposed)",
         stack_fields=("tp_overlap_contention",),
+    ),
+    Assumption(
+        "DP overlap (perfect → 18 % of hidden time still exposed)",
+        stack_fields=("dp_overlap_contention",),
+    ),
+    Assumption(
+        "per-block work (none → 137.5 µs per block and micro-batch; memory-bound kernels at "
+        "1.0 → 0.70 of the achievable HBM bandwidth, fitted)",
+        stack_fields=("layer_overhead_us", "memory_bound_efficiency"),
     ),
     Assumption(
         "HBM bandwidth (3,072 × 1.0 → 3,350 × 0.88 GB/s)", system_fields=("memory_tiers.0",)

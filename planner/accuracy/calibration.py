@@ -11,7 +11,9 @@ GPU (no per-run, per-model or per-GPU factors):
 - ``memory_bound_efficiency``: memory-bound kernels relative to the achievable HBM bandwidth;
 - ``layer_overhead_us``: fixed time per block per micro-batch (launches, framework work);
 - ``tp_overlap_contention``: the share of hidden TP communication that still shows (only where
-  the runs overlap TP communication).
+  the runs overlap TP communication);
+- ``dp_overlap_contention``: the same for hidden DP communication (only where the runs overlap
+  DP communication).
 
 The fit minimises the mean absolute log error of the predicted step times plus a quarter of the
 worst one (so no run is sacrificed for the mean), by coordinate search on a shrinking grid inside
@@ -44,6 +46,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "memory_bound_efficiency": (0.2, 1.0),
     "layer_overhead_us": (0.0, 400.0),
     "tp_overlap_contention": (0.0, 1.0),
+    "dp_overlap_contention": (0.0, 1.0),
 }
 
 
@@ -184,6 +187,7 @@ PRIORS: dict[str, float] = {
     "memory_bound_efficiency": 1.0,
     "layer_overhead_us": 0.0,
     "tp_overlap_contention": 0.5,
+    "dp_overlap_contention": 0.5,
 }
 """A stack's calibrated parameters before any of its runs informs them (the cross-validation's
 profiles start here, not from the catalog values, which were fitted on every run, the left-out
@@ -214,12 +218,15 @@ def transferred_gemm_efficiency(fits: dict[str, tuple[int, dict[str, float]]]) -
 
 
 def default_free(runs: Sequence[MeasuredRun], stack: StackProfile) -> list[str]:
-    """What the runs can inform: TP-overlap contention only where a run overlaps TP; at most
-    one parameter per RUNS_PER_PARAMETER runs."""
-    uses_tp_overlap = stack.tp_overlap and any(
-        r.strategy.tp_overlap and r.strategy.tp > 1 for r in runs
-    )
-    free = [p for p in PARAMETERS if p != "tp_overlap_contention" or uses_tp_overlap]
+    """What the runs can inform: TP- and DP-overlap contention only where a run overlaps TP
+    or DP communication; at most one parameter per RUNS_PER_PARAMETER runs."""
+    uses = {
+        "tp_overlap_contention": stack.tp_overlap
+        and any(r.strategy.tp_overlap and r.strategy.tp > 1 for r in runs),
+        "dp_overlap_contention": stack.dp_overlap
+        and any(r.strategy.dp_overlap and r.strategy.dp * r.strategy.cp > 1 for r in runs),
+    }
+    free = [p for p in PARAMETERS if uses.get(p, True)]
     return free[: max(1, len(runs) // RUNS_PER_PARAMETER)]
 
 

@@ -89,6 +89,7 @@ from planner.cost.network import (
 )
 from planner.cost.offload import offload_exposed_s, offloaded_share, optimizer_step_s
 from planner.cost.parallel_comm import (
+    DpCommTimes,
     cp_exposed_s,
     dp_comm_times_s,
     group_spans,
@@ -460,13 +461,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         per_mb_window = np.where(
             np.asarray(k["zero_stage"]) == 2, backward_window, forward_window + backward_window
         )
-        exposed = (
-            np.maximum(0.0, comm.after_backward_s - backward_window)
-            + np.maximum(0.0, comm.before_forward_s - forward_window)
-            + n * np.maximum(0.0, comm.per_micro_batch_s - per_mb_window)
-            + comm.latency_per_step_s
-            + n * comm.latency_per_micro_batch_s
-        )
+        exposed = dp_exposed_s(ctx, comm, forward_window, backward_window, per_mb_window, p, v, n)
         stage_optimizer = optimizer_time_s(
             ctx,
             params.total,
@@ -514,6 +509,86 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
         first_stage=memory["first"],
         middle_stage=_where_present(p, memory["middle"], memory["first"]),
         last_stage=memory["last"],
+    )
+
+
+def dp_exposed_s(
+    ctx: CostContext,
+    comm: DpCommTimes,
+    forward_window: np.ndarray,
+    backward_window: np.ndarray,
+    per_mb_window: np.ndarray,
+    p: np.ndarray,
+    v: np.ndarray,
+    n: np.ndarray,
+) -> np.ndarray:
+    """A stage's exposed DP time per step: the transfers beyond their windows (zero without
+    DP overlap), the stack's dp_overlap_contention share u of what hides, and the ring latencies.
+
+    Interleaved (v > 1), the once-per-step collectives go chunk by chunk: Megatron-Core's
+    interleaved schedule launches a model chunk's gradient reduction after that chunk's last
+    micro-batch backward and its parameter all-gather when the chunk before it starts its first
+    forward, chunks 0 and 1 at once (NVIDIA/Megatron-LM@d98e8a64dd
+    megatron/core/pipeline_parallel/schedules.py backward_step_helper_postprocess,
+    forward_step_helper_preprocess; grad_sync_func is start_grad_sync under the default
+    align_grad_reduce, megatron/training/training.py). On the DP link, first come first served:
+
+    - Reductions. The backward of the last group of p micro-batches runs chunk v − 1 first
+      and chunk 0 last, so chunk j's R/v is released j·p chunk steps (B/v each, B the stage's
+      backward per micro-batch) before the backward ends (the ranks of a pipeline launch
+      together: the schedule offsets each rank's launch by its pipeline rank for that). The
+      last reduction ends max_j((j + 1)·R/v − j·p·B/v) after the backward, a maximum of terms
+      linear in j, so at j = 0 or j = v − 1:
+
+          after = max(R/v, R − (v − 1)·p·B/v)
+
+    - Gathers. Chunk 0's G/v hides bucket by bucket under the first micro-batch's chunk-0
+      forward (F/v), chunk j ≥ 1 is needed j·p chunk steps (F/v each) into the forwards, and
+      the link never idles while it is behind, so gather j ends (j + 1)·G/v in; its lateness,
+      maximised over j (j = 0, and the ends j = 1 and j = v − 1 of the linear rest):
+
+          before = max(0, (G − F)/v, (2G − p·F)/v, G − (v − 1)·p·F/v)
+
+    At v = 1 these are max(0, R − B) and max(0, G − F) (the one chunk's reduction launches
+    bucket by bucket inside the last backward). Without overlap (B = F = 0) they are R and G.
+    Calculon's arithmetic (calculon.dp_parts_s) has its own windows and no contention.
+
+    Contention: hidden = comm − excess, exposed = excess + u·hidden; u is fitted per stack
+    (planner.accuracy.calibration) like tp_overlap_contention: NCCL's kernels run on the SMs
+    and HBM of the compute they overlap."""
+    if ctx.calculon:
+        return (
+            np.maximum(0.0, comm.after_backward_s - backward_window)
+            + np.maximum(0.0, comm.before_forward_s - forward_window)
+            + n * np.maximum(0.0, comm.per_micro_batch_s - per_mb_window)
+            + comm.latency_per_step_s
+            + n * comm.latency_per_micro_batch_s
+        )
+    reduction, gather = comm.after_backward_s, comm.before_forward_s
+    chunks_after = (v - 1) * p / v  # backward passes of one micro-batch behind chunk v − 1
+    after = np.where(
+        v > 1,
+        np.maximum(reduction / v, reduction - chunks_after * backward_window),
+        np.maximum(0.0, reduction - backward_window),
+    )
+    before = np.maximum(
+        np.maximum(0.0, (gather - forward_window) / v),
+        np.where(
+            v > 1,
+            np.maximum(
+                (2 * gather - p * forward_window) / v, gather - chunks_after * forward_window
+            ),
+            0.0,
+        ),
+    )
+    per_mb = np.maximum(0.0, comm.per_micro_batch_s - per_mb_window)
+    excess = after + before + n * per_mb
+    hidden = comm.after_backward_s + comm.before_forward_s + n * comm.per_micro_batch_s - excess
+    return (
+        excess
+        + ctx.stack.dp_overlap_contention * hidden
+        + comm.latency_per_step_s
+        + n * comm.latency_per_micro_batch_s
     )
 
 

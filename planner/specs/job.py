@@ -71,6 +71,10 @@ class StackProfile(Spec):
     tp_overlap_contention: float = Field(default=0.0, ge=0, le=1)
     """With TP overlap, this share of the hidden communication time still shows up, as the
     communication kernels take SMs and memory bandwidth from the GEMMs they hide under."""
+    dp_overlap_contention: float = Field(default=0.0, ge=0, le=1)
+    """With DP overlap, this share of the hidden DP communication time still shows up: the
+    collectives' kernels take SMs and memory bandwidth from the compute they hide under
+    (planner/cost/step.py dp_exposed_s)."""
     pp_overlap: bool = False
     """Pipeline point-to-point sends and receives run asynchronously under compute (with the
     interleaved schedule)."""

@@ -37,6 +37,7 @@ CALIBRATED_PARAMETERS = (
     "memory_bound_efficiency",
     "layer_overhead_us",
     "tp_overlap_contention",
+    "dp_overlap_contention",
 )
 """What ``planner calibrate`` can fit of a stack profile
 (planner.accuracy.calibration.PARAMETERS)."""
