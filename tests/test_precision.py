@@ -50,11 +50,12 @@ def test_the_catalog_names_every_recipe_a_job_accepts() -> None:
 def test_fp8_is_faster_than_bf16_and_current_scaling_pays_its_amax_pass() -> None:
     bf16, delayed, current = (ctx_for(precision=p) for p in ("bf16", "fp8-delayed", "fp8-current"))
     assert forward_s(delayed) < forward_s(bf16)
-    # current scaling adds one 2-byte amax read per cast element (6 against 4 bytes)
+    # current scaling's amax pass and scale computation: Transformer Engine's measured
+    # quantization time, 2.335 against 0.990 ms on the same tensors (9.43 against 4 bytes)
     fwd_d, bwd_d = quantize_bytes(delayed, 1, 1, False)
     fwd_c, bwd_c = quantize_bytes(current, 1, 1, False)
-    assert float(fwd_c) == pytest.approx(1.5 * float(fwd_d))
-    assert float(bwd_c) == pytest.approx(1.5 * float(bwd_d))
+    assert float(fwd_c) == pytest.approx(9.43 / 4 * float(fwd_d))
+    assert float(bwd_c) == pytest.approx(9.43 / 4 * float(bwd_d))
     extra = (float(fwd_c) - float(fwd_d)) / delayed.memory_bound_bytes_per_s
     assert forward_s(current) - forward_s(delayed) == pytest.approx(extra)
     assert quantize_bytes(bf16, 1, 1, False)[0] == 0
