@@ -367,4 +367,4 @@ def test_top_says_when_a_limit_cut_its_ranks_short(capsys, as_json) -> None:
             assert (len(payload["alternatives"]) < 3) == (stopped_by is not None)
         else:
             text = " ".join(out.split())
-            assert ("the work limit (1 units) ran out before the rest" in text) == bool(limit)
+            assert ("the work limit (1 unit) ran out before the rest" in text) == bool(limit)

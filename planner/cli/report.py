@@ -242,7 +242,8 @@ def limit_text(stopped_by: str | None, solver=None) -> str:
     if solver is not None and stopped_by == "time limit" and solver.time_limit_s is not None:
         return f"the time limit ({solver.time_limit_s:g} s)"
     if solver is not None and stopped_by == "work limit" and solver.work_limit is not None:
-        return f"the work limit ({solver.work_limit:g} units)"
+        plural = "" if solver.work_limit == 1 else "s"
+        return f"the work limit ({solver.work_limit:g} unit{plural})"
     return f"the {stopped_by}"
 
 
