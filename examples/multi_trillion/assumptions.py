@@ -70,21 +70,21 @@ ASSUMPTIONS = (
         "stack's share of the GEMM curve (1 → 0.825, fitted)", stack_fields=("gemm_efficiency",)
     ),
     Assumption(
-        "attention (matmul curve → cuDNN fused kernel as measured × 0.775)",
+        "attention (matmul curve → cuDNN fused kernel as measured × 1.0)",
         system_fields=("accelerator.attention_kernels",),
         stack_fields=("attention_kernel", "attention_efficiency"),
     ),
     Assumption(
-        "TP overlap (perfect → 43 % of hidden time still exposed)",
+        "TP overlap (perfect → 50 % of hidden time still exposed)",
         stack_fields=("tp_overlap_contention",),
     ),
     Assumption(
-        "DP overlap (perfect → 18 % of hidden time still exposed)",
+        "DP overlap (perfect → 25 % of hidden time still exposed)",
         stack_fields=("dp_overlap_contention",),
     ),
     Assumption(
-        "per-block work (none → 137.5 µs per block and micro-batch; memory-bound kernels at "
-        "1.0 → 0.70 of the achievable HBM bandwidth, fitted)",
+        "per-block work (none → 347 µs per block and micro-batch; memory-bound kernels at "
+        "1.0 → 0.80 of the achievable HBM bandwidth, fitted)",
         stack_fields=("layer_overhead_us", "memory_bound_efficiency"),
     ),
     Assumption(
