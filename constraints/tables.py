@@ -486,6 +486,7 @@ class TableBuilder:
                     g["cp"],
                     self.expert_dp(g),
                     g["interleave"] if self.ctx.calculon else 1,
+                    g["pp"],
                 )
                 return getattr(times, name)
 

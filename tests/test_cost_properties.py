@@ -226,11 +226,14 @@ def test_zero2_dp_traffic_is_not_hidden_twice_in_one_window() -> None:
     """Regression (found by the property above): ZeRO-2 gathers the weights before the forward
     and reduce-scatters every micro-batch. With the forward window counted for both, offloading
     more weights (a longer stall, so a longer window) made the step shorter: 386 → 380 µs from
-    two to three eighths offloaded. The reduce-scatter now hides under the backward only. (A
-    quarter of the offload bandwidth: with megatron-core's per-block overhead the forward hides
-    every weight's offload at the full bandwidth.)"""
+    two to three eighths offloaded. The reduce-scatter now hides under the backward only. (The
+    stack without per-block overhead, as when the case was found: megatron-core's fitted
+    overhead lengthens the forward until it hides every weight's offload.)"""
     model = gpt_model(hidden=256, layers=4, heads=8, kv_heads=1, ffn_hidden=1024, seq_len=512)
-    ctx = CostContext(model, scaled_system(0.25, "offload"), JobSpec(global_batch=4))
+    stack = hardware_catalog.load_stack("megatron-core").model_copy(
+        update={"layer_overhead_us": 0.0, "memory_bound_efficiency": 1.0}
+    )
+    ctx = CostContext(model, scaled_system(1.0, "offload"), JobSpec(global_batch=4), stack=stack)
     knobs = dict(tp=1, pp=1, dp=4, micro_batch=1, recompute=0, zero_stage=2, dp_overlap=True)
     steps = [
         float(
@@ -242,7 +245,9 @@ def test_zero2_dp_traffic_is_not_hidden_twice_in_one_window() -> None:
     assert steps[-1] > steps[0]  # offloading every weight at this bandwidth does cost time
 
 
-def _dp_comm(stack: str, dp: int, zero_stage: int, params: float = 1.3e9, blocks: int = 24):
+def _dp_comm(
+    stack: str, dp: int, zero_stage: int, params: float = 1.3e9, blocks: int = 24, pp: int = 1
+):
     ctx = CostContext(
         gpt_model(), hardware_catalog.load_system("dgx-h100"), JobSpec(global_batch=dp, stack=stack)
     )
@@ -254,7 +259,27 @@ def _dp_comm(stack: str, dp: int, zero_stage: int, params: float = 1.3e9, blocks
         experts=np.asarray(0.0),
         expert_block=np.asarray(0.0),
     )
-    return ctx, dp_comm_times_s(ctx, stage, blocks, 8 * dp, dp, zero_stage, 0)
+    return ctx, dp_comm_times_s(ctx, stage, blocks, 8 * dp, dp, zero_stage, 0, pp=pp)
+
+
+def test_torchtitans_zero3_under_pp_moves_each_unit_once_per_step() -> None:
+    """FSDP2 under PP reshards nothing during the step (zero3_unsharded_under_pp): each unit is
+    gathered once before the first forward and its gradients reduce-scattered once after the
+    last backward, the bytes of ZeRO-1's pattern; without PP, or where the stack reshards
+    (megatron-core), ZeRO-3 moves them every micro-batch."""
+    _, once = _dp_comm("torchtitan", 8, 3, pp=4)
+    _, sharded = _dp_comm("torchtitan", 8, 3, pp=1)
+    _, megatron = _dp_comm("megatron-core", 8, 3, pp=4)
+    assert float(once.per_micro_batch_s) == 0.0 and float(once.latency_per_micro_batch_s) == 0.0
+    assert float(once.before_forward_s) > 0.0 and float(once.after_backward_s) > 0.0
+    assert float(sharded.before_forward_s) == float(sharded.after_backward_s) == 0.0
+    # per micro-batch: the reduce-scatter and the forward and backward gathers
+    reduce, gather = float(once.after_backward_s), float(once.before_forward_s)
+    assert float(sharded.per_micro_batch_s) == pytest.approx(reduce + 2 * gather)
+    assert float(sharded.latency_per_micro_batch_s) == pytest.approx(
+        1.5 * float(once.latency_per_step_s)
+    )
+    assert float(megatron.per_micro_batch_s) > 0.0 and float(megatron.before_forward_s) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,7 @@ def dp_comm_times_s(
     cp: ArrayLike = 1,
     expert_dp: ArrayLike = 1,
     interleave: ArrayLike = 1,
+    pp: ArrayLike = 1,
 ) -> DpCommTimes:
     """DP communication of a stage of ``blocks`` blocks whose ranks hold ``params`` each, over
     the d·cp ranks that hold the same weights, spanning ``span`` GPUs (group_spans); the
@@ -234,7 +235,10 @@ def dp_comm_times_s(
     all-gathers (ZeRO-1/2's once per step, ZeRO-3's per micro-batch) move the blocks'
     parameters at precision.block_weight_bytes (the recipe's format under JobSpec.fp8_params:
     Megatron-Core's distributed optimizer and Megatron FSDP gather the fp8 parameters) and the
-    embedding/head at 2 bytes; the gradient reductions are unchanged."""
+    embedding/head at 2 bytes; the gradient reductions are unchanged. Where the stack reshards
+    nothing under PP (StackProfile.zero3_unsharded_under_pp, torchtitan) ZeRO-3 with pp > 1
+    gathers each unit once per step, before the first forward, and reduce-scatters its
+    accumulated gradients once, after the last backward: ZeRO-1's pattern, per unit."""
     if ctx.calculon:
         ranks = np.asarray(dp) * np.asarray(cp)
         last, others, shown = calculon.dp_parts_s(
@@ -260,18 +264,26 @@ def dp_comm_times_s(
     if ctx.model.is_moe:
         groups.append((np.asarray(expert_dp, dtype=float), experts, experts))
     weight_bytes = block_weight_bytes(ctx)
-    once_collectives = np.where(zero <= 1, 2, np.where(zero == 2, 1, 0))
-    per_mb_collectives = np.where(zero == 2, 1, np.where(zero == 3, 1 + gathers_per_micro_batch, 0))
+    once_per_step = ctx.stack.zero3_unsharded_under_pp & (zero == 3) & (np.asarray(pp) > 1)
+    sharded_per_mb = (zero == 3) & ~once_per_step
+    once_collectives = np.where((zero <= 1) | once_per_step, 2, np.where(zero == 2, 1, 0))
+    per_mb_collectives = np.where(
+        zero == 2, 1, np.where(sharded_per_mb, 1 + gathers_per_micro_batch, 0)
+    )
     after = before = per_mb = latency_step = latency_mb = 0.0
     for ranks, group_params, block_params in groups:
         grads = ctx.grad_bytes * group_params
         reduce = ring_transfer_s(ctx, ranks, span, grads)
         gathered = ACTIVATION_BYTES * (group_params - block_params) + weight_bytes * block_params
         gather = ring_transfer_s(ctx, ranks, span, gathered)
-        after = after + np.where(zero == 0, 2 * reduce, np.where(zero == 1, reduce, 0.0))
-        before = before + np.where((zero == 1) | (zero == 2), gather, 0.0)
+        after = after + np.where(
+            zero == 0, 2 * reduce, np.where((zero == 1) | once_per_step, reduce, 0.0)
+        )
+        before = before + np.where((zero == 1) | (zero == 2) | once_per_step, gather, 0.0)
         per_mb = per_mb + np.where(
-            zero == 2, reduce, np.where(zero == 3, reduce + gathers_per_micro_batch * gather, 0.0)
+            zero == 2,
+            reduce,
+            np.where(sharded_per_mb, reduce + gathers_per_micro_batch * gather, 0.0),
         )
         one = dp_collectives(ctx, group_params, blocks, ranks, zero) * np.where(
             group_params > 0, ring_latency_s(ctx, ranks, span), 0.0

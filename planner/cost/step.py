@@ -448,6 +448,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
             k["cp"],
             expert_dp,
             k["interleave"],
+            p,
         )
         # Calculon (calculon.dp_parts_s): the last chunk's DP traffic hides under that chunk's
         # backward of one micro-batch (1/v of the stage's), the other chunks' under the p
