@@ -307,3 +307,18 @@ def _system_fields() -> dict:
 
     data = hardware_catalog.load_system("dgx-h100").model_dump(mode="json")
     return {k: v for k, v in data.items() if k not in ("name", "aliases")}
+
+
+def test_a_cluster_that_fails_under_the_sweep_is_one_line_not_a_bug(
+    tmp_path: Path, local_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's raylet dying mid-sweep (as when a joined cluster goes away) is the environment's
+    failure: one line that says the finished rows are kept, not 'internal error'."""
+    study = load_study(write(tmp_path, STUDY))
+
+    def raylet_died(*_args: object, **_kwargs: object) -> None:
+        raise ray.exceptions.LocalRayletDiedError()
+
+    monkeypatch.setattr(ray, "get", raylet_died)
+    with pytest.raises(InputError, match="failed during the sweep .*running the sweep again"):
+        run_study(study, tmp_path / "r", backend="ray")

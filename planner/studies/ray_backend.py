@@ -60,6 +60,7 @@ def run_on_ray(study: Study, todo: list[dict[str, Any]], jobs: int, address: str
     if started_here:
         _connect(ray, address, jobs)
     pending: set[Any] = set()
+    lost = _cluster_failures(ray)
     try:
         task = ray.remote(num_cpus=1)(_remote_scenario)
         study_ref = ray.put(study)
@@ -84,11 +85,27 @@ def run_on_ray(study: Study, todo: list[dict[str, Any]], jobs: int, address: str
                 )
             fill()
             yield row
+    except lost as error:
+        where = f"--address {address}: the Ray cluster" if address else "the local Ray instance"
+        raise InputError(
+            f"{where} failed during the sweep ({_first_line(str(error), error)}); the rows "
+            "finished so far are kept, and running the sweep again resumes it"
+        ) from None
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
         if started_here:
             ray.shutdown()
+
+
+def _cluster_failures(ray: ModuleType) -> tuple[type[BaseException], ...]:
+    """Ray's errors for a cluster that failed under the sweep (its raylet or a node died, a
+    worker crashed, an object was lost): the environment's, not a bug in planner (a scenario
+    that raises comes back as RayTaskError, which stays an internal error)."""
+    names = ("LocalRayletDiedError", "NodeDiedError", "WorkerCrashedError", "ObjectLostError")
+    module = getattr(ray, "exceptions", None)
+    found = (getattr(module, name, None) for name in names)
+    return tuple(kind for kind in found if isinstance(kind, type))
 
 
 def _remote_scenario(
