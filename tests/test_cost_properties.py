@@ -246,7 +246,13 @@ def test_zero2_dp_traffic_is_not_hidden_twice_in_one_window() -> None:
 
 
 def _dp_comm(
-    stack: str, dp: int, zero_stage: int, params: float = 1.3e9, blocks: int = 24, pp: int = 1
+    stack: str,
+    dp: int,
+    zero_stage: int,
+    params: float = 1.3e9,
+    blocks: int = 24,
+    pp: int = 1,
+    recompute: int = 0,
 ):
     ctx = CostContext(
         gpt_model(), hardware_catalog.load_system("dgx-h100"), JobSpec(global_batch=dp, stack=stack)
@@ -259,7 +265,19 @@ def _dp_comm(
         experts=np.asarray(0.0),
         expert_block=np.asarray(0.0),
     )
-    return ctx, dp_comm_times_s(ctx, stage, blocks, 8 * dp, dp, zero_stage, 0, pp=pp)
+    return ctx, dp_comm_times_s(ctx, stage, blocks, 8 * dp, dp, zero_stage, recompute, pp=pp)
+
+
+def test_per_layer_zero3_units_recompute_inside_the_gathered_block() -> None:
+    """Megatron-FSDP (megatron-core's ZeRO-3 unit, one per layer) recomputes a block inside its
+    backward, whose weights are gathered already, as FSDP does: full recompute adds no third
+    gather; DeepSpeed's ZeRO-3 (buckets) gathers again for the recompute."""
+    _, none = _dp_comm("megatron-core", 8, 3)
+    _, full = _dp_comm("megatron-core", 8, 3, recompute=2)
+    assert float(full.per_micro_batch_s) == pytest.approx(float(none.per_micro_batch_s))
+    _, none = _dp_comm("deepspeed", 8, 3)
+    _, full = _dp_comm("deepspeed", 8, 3, recompute=2)
+    assert float(full.per_micro_batch_s) > float(none.per_micro_batch_s)
 
 
 def test_torchtitans_zero3_under_pp_moves_each_unit_once_per_step() -> None:

@@ -249,7 +249,8 @@ def dp_comm_times_s(
     zero = np.asarray(zero_stage)
     # FSDP (per-block units) recomputes a block inside that block's backward, whose weights
     # are gathered already; other ZeRO-3 implementations gather them again for the recompute.
-    regathers = ctx.stack.dp_collective_unit != "block"
+    # The unit is ZeRO-3's own where the stack sets one (Megatron-FSDP's per-layer units).
+    regathers = (ctx.stack.zero3_collective_unit or ctx.stack.dp_collective_unit) != "block"
     gathers_per_micro_batch = 2 + regathers * (np.asarray(recompute) == 2)
     experts = np.asarray(params.experts, dtype=float)
     # (ranks, parameters, of which block parameters): the blocks' gather at block_weight_bytes
