@@ -32,6 +32,26 @@ else:
 STUDY = {**SWEEP_STUDY, "name": "tiny on ray"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_ray_module_at_a_time():
+    """These tests start, join and stop Ray instances on this machine, and Ray's ``auto``
+    finds any running one (its GCS processes): under pytest-xdist two workers running them at
+    once joined each other's instances, which then went away. A lock on a file held for the
+    module's tests on a worker keeps them one worker at a time."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no parallel workers to keep apart here
+        yield
+        return
+    lock = Path(os.environ.get("TMPDIR", "/tmp")) / "planner-ray-tests.lock"
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def key(rows: list[dict]) -> list[tuple]:
     return sorted((r["id"], r["status"], r.get("strategy"), r.get("step_time_s")) for r in rows)
 
