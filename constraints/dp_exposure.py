@@ -10,7 +10,7 @@ from fractions import Fraction
 from ortools.sat.python import cp_model
 
 from constraints.tables import DpCommVariables
-from constraints.variables import Variables, linear, upper
+from constraints.variables import Variables, linear, pair_maximum, upper
 
 
 def dp_transfers_shown(
@@ -81,14 +81,14 @@ def dp_transfers_shown(
         )
     literals = [[overlap, *lits] for _, _, lits in pairs]
     # Without overlap both are 0 (the transfers show whole through ``shown``), not free.
-    after = _pair_maximum(
+    after = pair_maximum(
         variables,
         f"dp_after_exposed_{stage}",
         [*after_rows, [[], []]],
         [*literals, [overlap.Not()]],
         exact,
     )
-    before = _pair_maximum(
+    before = pair_maximum(
         variables,
         f"dp_before_exposed_{stage}",
         [*before_rows, [[], [], []]],
@@ -104,40 +104,3 @@ def dp_transfers_shown(
         if exact:
             m.Add(q * v * shown <= linear(numerator) + q * v - 1).OnlyEnforceIf(enforced)
     return shown
-
-
-def _pair_maximum(
-    variables: Variables,
-    name: str,
-    rows: list[list[list[tuple[int, cp_model.IntVar]]]],
-    literals: list[list[cp_model.IntVar]],
-    exact: bool,
-) -> cp_model.IntVar:
-    """max(0, max_i Σ rows[pair][i]) for the pair whose ``literals`` hold (a row of no terms is
-    0); ``exact`` False: only lower bounds, which minimisation tightens (see
-    objective._exposed_once)."""
-    m = variables.model
-    width = max(len(row) for row in rows)
-
-    def bound(terms, sign: int) -> int:
-        return sum(sign * c * variables.ub(x) for c, x in terms if sign * c > 0)
-
-    highest = max(bound(terms, 1) for row in rows for terms in row)
-    result = variables.new_int(name, highest)
-    if not exact:
-        for row, enforced in zip(rows, literals, strict=True):
-            for terms in row:
-                if terms:
-                    m.Add(result >= linear(terms)).OnlyEnforceIf(enforced)
-        return result
-    gaps = []
-    for i in range(width):
-        column = [row[i] if i < len(row) else [] for row in rows]
-        lowest = max(bound(terms, -1) for terms in column)
-        top = max(bound(terms, 1) for terms in column)
-        gap = m.NewIntVar(-lowest, top, f"{name}_gap{i}")
-        for terms, enforced in zip(column, literals, strict=True):
-            m.Add(gap == linear(terms)).OnlyEnforceIf(enforced)
-        gaps.append(gap)
-    m.AddMaxEquality(result, [*gaps, 0])
-    return result

@@ -32,7 +32,7 @@ from ortools.sat.python import cp_model
 from constraints.dp_exposure import dp_transfers_shown
 from constraints.grid import PerBlock
 from constraints.tables import TableBuilder
-from constraints.variables import INT_LIMIT, Variables, linear, upper
+from constraints.variables import INT_LIMIT, Variables, linear, pair_maximum, upper
 from planner.cost.interleave import fill_drain_hops
 
 
@@ -197,14 +197,15 @@ def _calculon_dp_parts(
         if overlap is None:
             parts.append(var)
             continue
-        hidden = []
+        rows, enforced = [], []
         for layout, v, literals in variables.layout_interleaves():
             blocks = layout.blocks if stage == "first" else layout.last
             chunk = scale(layout.pp, v) * blocks // v
-            terms = [(1, var)] + [(-chunk * c, x) for c, x in backward]
-            hidden.append((terms, [overlap, *literals]))
-        hidden.append(([(1, var)], [overlap.Not()]))
-        parts.append(_excess(variables, f"dp_{name}_exposed_{stage}", hidden, exact))
+            rows.append([[(1, var)] + [(-chunk * c, x) for c, x in backward]])
+            enforced.append([overlap, *literals])
+        rows.append([[(1, var)]])
+        enforced.append([overlap.Not()])
+        parts.append(pair_maximum(variables, f"dp_{name}_exposed_{stage}", rows, enforced, exact))
     return [*parts, comm.latency_per_step_s]
 
 
@@ -239,44 +240,22 @@ def _pp_overlapped(
 
         parts = []
         for name, window, minus, whole in windows:
-            hidden = []
-            for layout, v, literals in pairs:
+            rows = []
+            for layout, v, _ in pairs:
                 p, k = layout.pp, layout.blocks
                 coef, sent = value(message, p)
                 terms = [(v * coef, sent)]
                 terms += [(-k * c, var) for c, var in (value(x, p) for x in window)]
                 terms += [(k * c, var) for c, var in (value(x, p) for x in minus)]
                 terms += [(-c, var) for c, var in (value(x, p) for x in whole)]
-                hidden.append((terms, literals))
-            parts.append(_excess(variables, f"pp_{name}_exposed_{kind}", hidden, exact))
+                rows.append([terms])
+            enforced = [literals for _, _, literals in pairs]
+            label = f"pp_{name}_exposed_{kind}"
+            parts.append(pair_maximum(variables, label, rows, enforced, exact))
         total = variables.new_int(f"pp_exposed_{kind}", sum(variables.ub(x) for x in parts))
         variables.model.Add(total == sum(parts))
         exposed.append(total)
     return exposed[0], exposed[1]
-
-
-def _excess(
-    variables: Variables,
-    name: str,
-    hidden: list[tuple[list[tuple[int, cp_model.IntVar]], list[cp_model.IntVar]]],
-    exact: bool,
-) -> cp_model.IntVar:
-    """max(0, gap) where each (terms, literals) of ``hidden`` fixes gap = Σ terms under its
-    literals (exactly one holds wherever the result is used); ``exact`` False: only lower
-    bounds (see _exposed_once)."""
-    m = variables.model
-    highest = max(sum(c * variables.ub(x) for c, x in terms if c > 0) for terms, _ in hidden)
-    lowest = max(sum(-c * variables.ub(x) for c, x in terms if c < 0) for terms, _ in hidden)
-    exposed = variables.new_int(name, highest)
-    if not exact:
-        for terms, literals in hidden:
-            m.Add(exposed >= linear(terms)).OnlyEnforceIf(literals)
-        return exposed
-    gap = m.NewIntVar(-lowest, highest, f"{name}_gap")
-    for terms, literals in hidden:
-        m.Add(gap == linear(terms)).OnlyEnforceIf(literals)
-    m.AddMaxEquality(exposed, [gap, 0])
-    return exposed
 
 
 def _times_micro_batches(

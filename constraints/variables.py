@@ -373,3 +373,41 @@ def upper(variables: Variables, terms: list[tuple[int, cp_model.IntVar]]) -> int
 
 def linear(terms: list[tuple[int, cp_model.IntVar]]) -> cp_model.LinearExpr:
     return sum(coef * var for coef, var in terms)
+
+
+def pair_maximum(
+    variables: Variables,
+    name: str,
+    rows: list[list[list[tuple[int, cp_model.IntVar]]]],
+    literals: list[list[cp_model.IntVar]],
+    exact: bool,
+) -> cp_model.IntVar:
+    """max(0, max_i Σ rows[pair][i]) for the pair whose ``literals`` hold (exactly one holds
+    wherever the result is used; a row of no terms is 0): one gap variable per column, fixed
+    under each pair's literals, and a max equality. ``exact`` False: only lower bounds, which
+    minimisation tightens (see objective._exposed_once)."""
+    m = variables.model
+    width = max(len(row) for row in rows)
+
+    def bound(terms, sign: int) -> int:
+        return sum(sign * c * variables.ub(x) for c, x in terms if sign * c > 0)
+
+    highest = max(bound(terms, 1) for row in rows for terms in row)
+    result = variables.new_int(name, highest)
+    if not exact:
+        for row, enforced in zip(rows, literals, strict=True):
+            for terms in row:
+                if terms:
+                    m.Add(result >= linear(terms)).OnlyEnforceIf(enforced)
+        return result
+    gaps = []
+    for i in range(width):
+        column = [row[i] if i < len(row) else [] for row in rows]
+        lowest = max(bound(terms, -1) for terms in column)
+        top = max(bound(terms, 1) for terms in column)
+        gap = m.NewIntVar(-lowest, top, f"{name}_gap{i}")
+        for terms, enforced in zip(column, literals, strict=True):
+            m.Add(gap == linear(terms)).OnlyEnforceIf(enforced)
+        gaps.append(gap)
+    m.AddMaxEquality(result, [*gaps, 0])
+    return result

@@ -557,14 +557,9 @@ def dp_exposed_s(
     Contention: hidden = comm − excess, exposed = excess + u·hidden; u is fitted per stack
     (planner.accuracy.calibration) like tp_overlap_contention: NCCL's kernels run on the SMs
     and HBM of the compute they overlap."""
-    if ctx.calculon:
-        return (
-            np.maximum(0.0, comm.after_backward_s - backward_window)
-            + np.maximum(0.0, comm.before_forward_s - forward_window)
-            + n * np.maximum(0.0, comm.per_micro_batch_s - per_mb_window)
-            + comm.latency_per_step_s
-            + n * comm.latency_per_micro_batch_s
-        )
+    # Calculon's windows come split by chunk from the caller: one chunk's formulas, no contention.
+    v = np.ones_like(v) if ctx.calculon else v
+    contention = 0.0 if ctx.calculon else ctx.stack.dp_overlap_contention
     reduction, gather = comm.after_backward_s, comm.before_forward_s
     chunks_after = (v - 1) * p / v  # backward passes of one micro-batch behind chunk v − 1
     after = np.where(
@@ -584,12 +579,9 @@ def dp_exposed_s(
     )
     per_mb = np.maximum(0.0, comm.per_micro_batch_s - per_mb_window)
     excess = after + before + n * per_mb
-    hidden = comm.after_backward_s + comm.before_forward_s + n * comm.per_micro_batch_s - excess
+    hidden = reduction + gather + n * comm.per_micro_batch_s - excess
     return (
-        excess
-        + ctx.stack.dp_overlap_contention * hidden
-        + comm.latency_per_step_s
-        + n * comm.latency_per_micro_batch_s
+        excess + contention * hidden + comm.latency_per_step_s + n * comm.latency_per_micro_batch_s
     )
 
 
