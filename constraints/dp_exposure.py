@@ -63,10 +63,9 @@ def dp_transfers_shown(
     before_rows: list[list[list[tuple[int, cp_model.IntVar]]]] = []
     for layout, v, _ in pairs:
         late = (v - 1) * layout.pp  # chunk steps behind the first-released chunk, times v
-        own_b = window(layout, 1, backward, stage_backward)
         own_f = window(layout, 1, forward, [])
         if v == 1:
-            after_rows.append([[(1, reduction), *own_b], []])
+            after_rows.append([[(1, reduction), *window(layout, 1, backward, stage_backward)], []])
             before_rows.append([[(1, gather), *own_f], [], []])
             continue
         after_rows.append(
