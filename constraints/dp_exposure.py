@@ -55,7 +55,7 @@ def dp_transfers_shown(
 
     def window(layout, scale: int, per_block, whole) -> list[tuple[int, cp_model.IntVar]]:
         """−scale × (the stage's k blocks of ``per_block`` plus ``whole``)."""
-        blocks = layout.blocks if stage == "first" else layout.last
+        blocks = layout.stage_blocks(stage)
         terms = [(-scale * blocks * c * layout.pp**w, x) for c, x, w in per_block]
         return terms + [(-scale * c * layout.pp**w, x) for c, x, w in whole]
 

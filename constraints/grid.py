@@ -38,7 +38,7 @@ class Grid:
 
 def make_grid(variables: Variables, knobs: tuple[str, ...], reserve: bool = True) -> Grid:
     """The knobs' values over the product of their domains; a ``layout`` axis also gives the
-    layout's ``pp`` and its ``first`` (= middle) and ``last`` stage blocks. ``reserve``: count
+    layout's ``pp`` and its ``first``, ``middle`` and ``last`` stage blocks. ``reserve``: count
     the grid against the model's table entries (Variables.reserve_entries)."""
     if reserve:
         variables.reserve_entries(knobs)
@@ -48,7 +48,8 @@ def make_grid(variables: Variables, knobs: tuple[str, ...], reserve: bool = True
         layouts = variables.space.layouts
         index = arrays["layout"]
         arrays["pp"] = np.array([x.pp for x in layouts])[index]
-        arrays["first"] = np.array([x.blocks for x in layouts], dtype=float)[index]
+        arrays["first"] = np.array([x.first for x in layouts], dtype=float)[index]
+        arrays["middle"] = np.array([x.blocks for x in layouts], dtype=float)[index]
         arrays["last"] = np.array([x.last for x in layouts], dtype=float)[index]
     return Grid(knobs=knobs, arrays=arrays)
 

@@ -1,15 +1,18 @@
 """Memory-fit families: HBM per GPU, and the capacity of each offload tier, for the first and
-the last pipeline stage (planner/cost/memory.py's stage_memory, re-expressed in the
-problem's memory unit, 1 KiB unless its scale needs coarser: constraints.tables). In the
-layouts the solver searches the middle stages equal the first (without its embedding, and with
-fewer micro-batches in flight), so the first bounds them.
+the last pipeline stage, and for the layouts with a lighter first stage the middle ones
+(planner/cost/memory.py's stage_memory, re-expressed in the problem's memory unit, 1 KiB
+unless its scale needs coarser: constraints.tables). Where the middle stages hold as many
+blocks as the first, the first bounds them: the same blocks, its embedding besides, and one
+micro-batch more in flight (min(n, p) against min(n, p − 1)).
 
 First stage of k blocks, with m = min(n, p) micro-batches in flight and the interleave factor
 f = 1 + (p−1)/(p·v) for v > 1: state + k·f·m·A_stored + min(R, k)·A_working + rebuilt + reserve
 ≤ usable HBM (R: the stack's resident offload blocks). Multiplying by p·v for v > 1 makes every
-coefficient an integer; m·A_stored is one AddMultiplicationEquality. The last stage, of its own
-block count, holds one micro-batch and the logits. Partial recompute (r blocks per stage,
-fewer than the last stage holds) subtracts r·(A_none − A_full) per micro-batch in flight (two
+coefficient an integer; m·A_stored is one AddMultiplicationEquality. A middle stage of k blocks
+(lighter-first layouts: v = 1, p > 2) holds m' = min(n, p − 1) micro-batches: state +
+k·m'·A_stored + min(R, k)·A_working + rebuilt + reserve. The last stage, of its own block
+count, holds one micro-batch and the logits. Partial recompute (r blocks per stage, fewer than
+the lightest stage holds) subtracts r·(A_none − A_full) per micro-batch in flight (two
 products) and adds the block a full recompute rebuilds.
 """
 
@@ -52,9 +55,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
     m.AddMinEquality(in_flight, [micro_batches, pp_value])
 
     def product(name, table):
-        result = variables.new_int(name, variables.ub(in_flight) * variables.ub(table))
-        m.AddMultiplicationEquality(result, [in_flight, table])
-        return result
+        return _product(variables, name, in_flight, table)
 
     def need(name: str, family: str, capacity: int) -> cp_model.IntVar | int:
         """The need variable; just the capacity when the fit family is always on (constants
@@ -74,17 +75,40 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
         # Redundant (a block saves at most what it stores, r < k): the activation terms stay
         # non-negative, which the relaxation of the products cannot see by itself.
         for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
-            m.Add(saved_in_flight <= (layout.last - 1) * stored_in_flight).OnlyEnforceIf(chosen)
-            m.Add(saved <= (layout.last - 1) * stored).OnlyEnforceIf(chosen)
+            lighter = layout.lightest - 1
+            m.Add(saved_in_flight <= lighter * stored_in_flight).OnlyEnforceIf(chosen)
+            m.Add(saved <= lighter * stored).OnlyEnforceIf(chosen)
     for literals, scale, act_coef, layout in _first_stage_cases(variables):
-        work_coef = scale * min(resident, layout.blocks)
+        work_coef = scale * min(resident, layout.first)
         m.Add(
             scale * (state_first + rebuilt + partial_rebuilt)
             + act_coef * stored_in_flight
-            - (act_coef // layout.blocks) * saved_in_flight
+            - (act_coef // layout.first) * saved_in_flight
             + work_coef * working
             <= scale * (hbm_need - reserve)
         ).OnlyEnforceIf(literals)
+    middles = _middle_stage_cases(variables)
+    if middles:
+        state_middle, off_middle = tables.state("middle")
+        middle_in_flight = variables.new_int("middle_in_flight", max(variables.domains["pp"]))
+        m.AddMinEquality(middle_in_flight, [micro_batches, pp_value - 1])
+        stored_middle = _product(variables, "stored_middle_in_flight", middle_in_flight, stored)
+        saved_middle = (
+            _product(variables, "saved_middle_in_flight", middle_in_flight, saved)
+            if variables.partial_recompute
+            else 0
+        )
+        for layout, chosen in middles:
+            k = layout.blocks
+            m.Add(
+                state_middle
+                + rebuilt
+                + partial_rebuilt
+                + k * stored_middle
+                - saved_middle
+                + min(resident, k) * working
+                <= hbm_need - reserve
+            ).OnlyEnforceIf(chosen)
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
         k = layout.last
         m.Add(
@@ -113,6 +137,12 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             ).OnlyEnforceIf(literals)
         for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
             m.Add(off_last[tier - 1] + layout.last * act <= tier_need).OnlyEnforceIf(chosen)
+        if middles:
+            act_middle = _product(variables, f"tier{tier}_middle_in_flight", middle_in_flight, act)
+            for layout, chosen in middles:
+                m.Add(off_middle[tier - 1] + layout.blocks * act_middle <= tier_need).OnlyEnforceIf(
+                    chosen
+                )
         family = variables.family(
             f"offload{tier}", f"offload tier {tier} capacity ({spec.capacity_gib:g} GiB)"
         )
@@ -138,12 +168,31 @@ def _partial_recompute_terms(variables: Variables, tables: TableBuilder, product
     return saved, product("saved_in_flight", saved), rebuilt
 
 
+def _product(
+    variables: Variables, name: str, count: cp_model.IntVar, table: cp_model.IntVar | int
+) -> cp_model.IntVar:
+    """count · table (AddMultiplicationEquality)."""
+    result = variables.new_int(name, variables.ub(count) * variables.ub(table))
+    variables.model.AddMultiplicationEquality(result, [count, table])
+    return result
+
+
+def _middle_stage_cases(variables: Variables) -> list[tuple[object, cp_model.IntVar]]:
+    """(layout, its literal) for the layouts whose middle stages the first does not bound: a
+    lighter first stage (only with v = 1 and p > 2, Variables.layout_interleaves)."""
+    return [
+        (layout, chosen)
+        for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True)
+        if layout.lighter_first
+    ]
+
+
 def _first_stage_cases(variables: Variables):
     """(literals, scale, activation coefficient, layout) per (layout, interleave): the first
     stage's inequality multiplied by ``scale`` (p·v with interleaving, else 1), its in-flight
     activations by k·(p·v + p − 1) (k without interleaving)."""
     for layout, v, literals in variables.layout_interleaves():
-        p, k = layout.pp, layout.blocks
+        p, k = layout.pp, layout.first
         if v == 1:
             yield literals, 1, k, layout
         else:

@@ -70,6 +70,8 @@ def add_step_time(
     bounds = []
     for layout, v, literals in variables.layout_interleaves():
         shown = None if hidden_p2p and v > 1 else message
+        # The middle stages' blocks bound the first's too: a lighter first stage (v = 1) runs
+        # the same per-block passes and messages on fewer blocks.
         for blocks, with_head in ((layout.blocks, False), (layout.last, True)):
             terms = _pipeline_terms(
                 layout.pp, v, blocks, per_block, partial, head, shown, with_head
@@ -105,7 +107,7 @@ def add_step_time(
     zero2 = variables.onehot["zero_stage"][zero_stages.index(2)] if 2 in zero_stages else None
     stage_sums = []
     calculon_window = tables.calculon_dp_window() if tables.ctx.calculon else None
-    for stage in ("first", "last"):
+    for stage in variables.space.stage_kinds:
         comm = tables.dp_comm(stage)
         if tables.ctx.calculon:
             stage_sums.append(
@@ -161,7 +163,7 @@ def add_step_time(
     # below floats with the search's saved phases, and each new solution then lowered it by one
     # unit (DeepSeek-V3 on 4,096 H100s: ~3,000 such solutions in 60 s, unproven; now 6 s).
     sums = []
-    for stage, parts in zip(("first", "last"), stage_sums, strict=True):
+    for stage, parts in zip(variables.space.stage_kinds, stage_sums, strict=True):
         total = variables.new_int(f"dp_exposed_{stage}", sum(variables.ub(x) for x in parts))
         m.Add(total == sum(parts))
         sums.append(total)
@@ -199,7 +201,7 @@ def _calculon_dp_parts(
             continue
         rows, enforced = [], []
         for layout, v, literals in variables.layout_interleaves():
-            blocks = layout.blocks if stage == "first" else layout.last
+            blocks = layout.stage_blocks(stage)
             chunk = scale(layout.pp, v) * blocks // v
             rows.append([[(1, var)] + [(-chunk * c, x) for c, x in backward]])
             enforced.append([overlap, *literals])
@@ -355,7 +357,7 @@ def _exposed_once(
         return exposed
     hidden = []
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
-        blocks = layout.blocks if stage == "first" else layout.last
+        blocks = layout.stage_blocks(stage)
         whole = [(coef * layout.pp**power, var) for coef, var, power in stage_window]
         if narrower is None:
             windows = [(window, [overlap, chosen])]

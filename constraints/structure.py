@@ -139,7 +139,7 @@ def add_experts(variables: Variables, model: ModelSpec) -> None:
 
 def add_partial_recompute(variables: Variables) -> None:
     """Partial recompute (recompute_layers r > 0, encoded as recompute none + r fully
-    recomputed blocks per stage): fewer blocks than the last (lightest) stage holds, a multiple
+    recomputed blocks per stage): fewer blocks than the lightest stage holds, a multiple
     of the interleave, without offloading (planner.space.rules). Not a family: the
     step-time and memory encodings assume it (r·X per stage), so it is never relaxed; a pin that
     breaks it is the conflict a diagnosis names."""
@@ -158,7 +158,7 @@ def add_partial_recompute(variables: Variables) -> None:
         if chosen is not None:
             m.AddBoolOr([partial.Not(), chosen.Not()])
     lightest = sum(
-        (layout.last - 1) * chosen
+        (layout.lightest - 1) * chosen
         for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True)
     )
     m.Add(variables.value("recompute_layers") <= lightest)
@@ -215,7 +215,7 @@ def add_calculon(variables: Variables, model: ModelSpec, seq_len: int) -> None:
     few = [
         chosen
         for layout, chosen in zip(variables.space.layouts, onehot["layout"], strict=True)
-        if min(layout.blocks, layout.last) < MIN_OFFLOAD_BLOCKS
+        if layout.lightest < MIN_OFFLOAD_BLOCKS
     ]
     for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
         for code, offloaded in zip(domains[knob], onehot[knob], strict=True):

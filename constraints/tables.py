@@ -61,7 +61,12 @@ from planner.cost.memory import (
     stage_params,
 )
 from planner.cost.offload import activation_link_s, offloaded_share, weight_link_s
-from planner.cost.parallel_comm import dp_comm_times_s, group_spans, pp_message_s
+from planner.cost.parallel_comm import (
+    dp_comm_times_s,
+    group_spans,
+    pp_message_s,
+    regathers_under_recompute,
+)
 from planner.cost.step import block_pieces, optimizer_time_s
 from planner.specs import RECOMPUTE_CODES
 from planner.specs.hardware import with_quantity
@@ -452,9 +457,7 @@ class TableBuilder:
     EXPERT_AXES = ("ep", "expert_tp")
 
     def layout_params(self, g: Grid, stage: str) -> StageParams:
-        """Parameters per rank of the layout's ``stage`` ("first" or "last"; in the layouts the
-        solver searches the middle stages equal the first, without its embedding, so the first
-        bounds them)."""
+        """Parameters per rank of the layout's ``stage`` ("first", "middle" or "last")."""
         return stage_params(self.ctx, g["tp"], g["pp"], g[stage], stage, g["ep"], g["expert_tp"])
 
     def expert_dp(self, g: Grid) -> np.ndarray:
@@ -466,7 +469,10 @@ class TableBuilder:
         micro-batch. The latencies do not depend on the bandwidth, so a scale-out bandwidth
         query tabulates only the transfers over its levels (gpt3-175b on 1,024 H100s over 81
         levels needed more than planner's 10^6 table entries with the latencies too)."""
-        knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "recompute")
+        # recompute moves DP traffic only where full recompute gathers ZeRO-3's weights again
+        regather = not self.ctx.calculon and regathers_under_recompute(self.ctx.stack)
+        recompute = ("recompute",) if regather else ()
+        knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", *recompute)
         knobs += (*self.placement_axes, *self.EXPERT_AXES)
         # Calculon's DP parts split by chunk (calculon.dp_parts_s)
         knobs += ("interleave",) if self.ctx.calculon else ()
@@ -482,13 +488,14 @@ class TableBuilder:
                     span,
                     dp,
                     g["zero_stage"],
-                    g["recompute"],
+                    g["recompute"] if recompute else 0,
                     g["cp"],
                     self.expert_dp(g),
                     g["interleave"] if self.ctx.calculon else 1,
                     g["pp"],
                 )
-                return getattr(times, name)
+                # a middle stage only where there is one (step.stage_present: p > 2)
+                return getattr(times, name) * (g["pp"] > 2 if stage == "middle" else 1)
 
             bandwidths = () if name.startswith("latency") else ("scale_out_bw",)
             return self.time(f"dp_{name}_{stage}", *self.evaluate(knobs, cost, bandwidths))
@@ -496,7 +503,8 @@ class TableBuilder:
         return DpCommVariables(**{f.name: part(f.name) for f in fields(DpCommVariables)})
 
     def optimizer(self) -> cp_model.IntVar:
-        """The optimizer step of the stage (first or last) with the most state per rank."""
+        """The optimizer step of the stage (first, middle where p > 2, or last) with the most
+        state per rank (step.evaluate_terms)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", "offload_optimizer")
 
         def seconds(ctx: CostContext, g: Grid, stage: str) -> np.ndarray:
@@ -516,16 +524,22 @@ class TableBuilder:
 
         grid, slowest = self.evaluate(
             (*knobs, *self.EXPERT_AXES),
-            lambda ctx, g: np.maximum(seconds(ctx, g, "first"), seconds(ctx, g, "last")),
+            lambda ctx, g: np.maximum.reduce(
+                [
+                    seconds(ctx, g, "first"),
+                    np.where(g["pp"] > 2, seconds(ctx, g, "middle"), 0.0),
+                    seconds(ctx, g, "last"),
+                ]
+            ),
             ("offload_bw",),
         )
         return self.time("optimizer", grid, slowest)
 
     def state(self, stage: str) -> tuple[cp_model.LinearExpr, list[cp_model.LinearExpr]]:
-        """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage ("first"
-        or "last"): weights with gradients (a table over the weights' offload code) plus the
-        optimizer state (over the optimizer's). Weights are replicated over cp, so the state
-        shards over dp·cp ranks (the routed experts over their edp)."""
+        """(HBM bytes of model state, [offloaded bytes per offload tier]) of a stage ("first",
+        "middle" or "last"): weights with gradients (a table over the weights' offload code)
+        plus the optimizer state (over the optimizer's). Weights are replicated over cp, so the
+        state shards over dp·cp ranks (the routed experts over their edp)."""
         knobs = ("tp", "cp", "layout", *self.dp_axes, "zero_stage", *self.EXPERT_AXES)
         parts = []
         # Under Calculon's arithmetic the gradients follow the optimizer's offload, not the

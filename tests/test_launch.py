@@ -23,8 +23,8 @@ from planner.cli import main
 from planner.errors import InputError
 from planner.launch.restrict import plan_for
 from planner.queries.evaluate import as_model, as_system, evaluate
+from planner.space.layouts import stage_layouts
 from planner.space.rules import divisors, strategy_violations
-from planner.space.search_space import stage_layouts
 from planner.specs import PLACEMENT_CODES, JobSpec, Strategy
 from planner.specs.quantities import OFFLOAD_STEPS
 from tests.test_startup import HEAVY, PROBE

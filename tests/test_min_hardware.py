@@ -198,9 +198,7 @@ def _minimum_is_exact(model, sys, job, gpus, quantity, target) -> None:
         assert result.status == "infeasible"
         return
     value = result.minimum.value
-    at = plan(
-        model, with_tier_capacity(sys, tier, value), job, gpus, target=target, diagnose=False
-    )
+    at = plan(model, with_tier_capacity(sys, tier, value), job, gpus, target=target, diagnose=False)
     assert at.strategy is not None, (quantity, value)
     below = round(value - step, 6)
     if below >= (step if quantity == "hbm" else 0.0):  # the grids' lowest: 0.1 / 0 GiB

@@ -180,12 +180,12 @@ def test_the_oracles_rules_are_planner_rules(problem, rng) -> None:
         mask = bool(valid_mask(ctx, space, values)[0])
         strategy = strategy_from_values({k: int(v[0]) for k, v in values.items()}, space)
         domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
-        # Stated caps: TP inside the domain, partial recompute of fewer blocks than the last
+        # Stated caps: TP inside the domain, partial recompute of fewer blocks than the lightest
         # stage holds, and interleaving over even stages only (uneven virtual stages, which the
         # rules allow, are evaluated, not searched: README, --stage-layers).
         capped = (
             (not system.tp_across_domain and domain is not None and tp > domain)
-            or (strategy.recompute_layers or 0) >= space.layouts[layout].last
+            or (strategy.recompute_layers or 0) >= space.layouts[layout].lightest
             or (strategy.interleave > 1 and strategy.stage_layers is not None)
         )
         valid = not strategy_violations(model, system, job, strategy, gpus)
@@ -233,14 +233,18 @@ def test_issue_40s_long_context_problems_match_the_raw_oracle(
 
 
 def test_the_caps_name_the_layouts_the_space_leaves_out() -> None:
-    """21 blocks on pp 4: the space keeps 6,6,6,3 and leaves out a lighter first stage
-    (5,6,6,4, which the rules allow); with --max-stage-skew 0 the forced layout is still kept,
-    and the cap says so."""
+    """21 blocks on pp 4: the space keeps 6,6,6,3 and the lighter first stage 5,6,6,4 (the
+    embedding slot) and leaves out a heavier end stage and unequal virtual stages, which the
+    rules allow; with --max-stage-skew 0 the forced layout is still kept, and the cap says so."""
     model = ModelSpec(name="t21", hidden=512, layers=21, heads=8, ffn_hidden=2048, vocab=1000)
     system, job = simple_system(), JobSpec(global_batch=8)
+    kept = {x.stage_layers() for x in raw_space(model, system, job, 4).layouts if x.pp == 4}
+    assert {(6, 6, 6, 3), (5, 6, 6, 4)} <= kept
     caps = stated_caps(model, system, job, 4, max_micro_batch=64, max_interleave=None)
-    assert any("first pipeline stage" in cap and "5,6,6,4" in cap for cap in caps), caps
-    assert any("--recompute-layers" in cap for cap in caps), caps
+    heavier = next(cap for cap in caps if "no heavier than the middle ones" in cap)
+    assert "9,12" in heavier  # two stages, the first the lighter
+    assert any("unequal virtual stages" in cap for cap in caps), caps
+    assert any("--recompute-layers" in cap and "lightest" in cap for cap in caps), caps
     strict = stated_caps(model, system, job, 4, 64, None, max_stage_skew=0)
     skew = next(cap for cap in strict if "--max-stage-skew" in cap)
     assert "at most 0 blocks lighter" in skew and "as little lighter as" in skew
@@ -412,3 +416,33 @@ def test_pinned_grids_match_the_raw_oracle(pins: dict[str, int], recompute: str 
     assert result.estimate.step_time_s == pytest.approx(expected[0].step_time_s, rel=REL)
     for knob in ("tp_column", "tp_depth"):
         assert getattr(result.strategy, knob) == pins.get(knob, getattr(result.strategy, knob))
+
+
+@pytest.mark.parametrize(
+    ("hbm_gib", "recompute", "binding"), [(47, "none", "first"), (33, "full", "middle")]
+)
+def test_a_lighter_first_stage_is_searched_against_the_raw_oracle(
+    hbm_gib: float, recompute: str, binding: str
+) -> None:
+    """30 blocks on pp 4 with a light LM head: 7,8,8,7 (Megatron's embedding slot) runs as
+    fast as 8,8,8,6 and holds a block less on the stage with the most micro-batches in flight.
+    At 47 GiB it fits without recompute where 8,8,8,6 does not (the first stage binds); at
+    33 GiB with full recompute the middle stage binds, whose memory the solver encodes only for
+    such layouts. Both plans are the raw product's optimum."""
+    model = ModelSpec(name="t30", hidden=4096, layers=30, heads=32, ffn_hidden=16384, vocab=32000)
+    job = JobSpec(global_batch=16, seq_len=4096)
+    system = simple_system(
+        memory_tiers=[dict(name="HBM", capacity_gib=hbm_gib, bandwidth_gbps=3000, efficiency=0.9)],
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=8, bandwidth_gbps=450, latency_us=3, efficiency=0.8)
+        ],
+    )
+    pins = {"pp": 4, "tp": 1}
+    result = plan(model, system, job, 4, pins=pins)
+    ctx = CostContext(model, system, job)
+    assert_proves_oracle_optimum(result, ctx, raw_space(model, system, job, 4, pins=pins), REL)
+    assert result.strategy.stage_layers == (7, 8, 8, 7)
+    assert result.strategy.recompute == recompute
+    assert result.estimate.memory_stage["hbm"] == binding
+    heavier_first = result.strategy.model_copy(update={"stage_layers": (8, 8, 8, 6)})
+    assert not evaluate(model, system, job, heavier_first).fits

@@ -384,8 +384,11 @@ def test_excluded_combinations_are_left_out(tmp_path: Path) -> None:
         )
     )
     ids = {s["id"] for s in scenarios(study)}
-    assert ids == {"gpt3-1.3b|dgx-h100|8|hbm_gib=16", "gpt3-1.3b|dgx-h100|8|hbm_gib=80",
-                   "llama2-7b|dgx-h100|8|hbm_gib=80"}
+    assert ids == {
+        "gpt3-1.3b|dgx-h100|8|hbm_gib=16",
+        "gpt3-1.3b|dgx-h100|8|hbm_gib=80",
+        "llama2-7b|dgx-h100|8|hbm_gib=80",
+    }
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=whole(0, lim.MAX_LAYERS),
         default=DEFAULT_MAX_STAGE_SKEW,
         help="the search covers layouts whose last pipeline stage holds up to this many blocks "
-        f"fewer than the others (default {DEFAULT_MAX_STAGE_SKEW})",
+        f"fewer than the middle ones (default {DEFAULT_MAX_STAGE_SKEW}; the first stage: up to "
+        "one fewer, or none at 0)",
     )
     plan_cmd.add_argument(
         "--offload-step",

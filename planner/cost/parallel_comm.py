@@ -25,7 +25,7 @@ from planner.cost.network import (
     ring_transfer_s,
 )
 from planner.cost.precision import block_weight_bytes
-from planner.specs import PLACEMENT_CODES
+from planner.specs import PLACEMENT_CODES, StackProfile
 
 
 def recomputed_tp_gathers(ctx: CostContext, recompute: ArrayLike) -> np.ndarray:
@@ -204,6 +204,15 @@ def dp_collectives(
     return np.where(np.asarray(zero_stage) == 3, count(stack.zero3_collective_unit), counts)
 
 
+def regathers_under_recompute(stack: StackProfile) -> bool:
+    """Whether full recompute gathers ZeRO-3's weights again. FSDP (per-block units)
+    recomputes a block inside that block's backward, whose weights are gathered already; other
+    ZeRO-3 implementations gather them again for the recompute. The unit is ZeRO-3's own where
+    the stack sets one (Megatron-FSDP's per-layer units). Where it does not, DP traffic does not
+    depend on recompute (the solver's DP tables then drop that axis)."""
+    return (stack.zero3_collective_unit or stack.dp_collective_unit) != "block"
+
+
 def dp_comm_times_s(
     ctx: CostContext,
     params: StageParams,
@@ -247,10 +256,7 @@ def dp_comm_times_s(
         nothing = np.zeros_like(shown)
         return DpCommTimes(last, others, nothing, shown, nothing)
     zero = np.asarray(zero_stage)
-    # FSDP (per-block units) recomputes a block inside that block's backward, whose weights
-    # are gathered already; other ZeRO-3 implementations gather them again for the recompute.
-    # The unit is ZeRO-3's own where the stack sets one (Megatron-FSDP's per-layer units).
-    regathers = (ctx.stack.zero3_collective_unit or ctx.stack.dp_collective_unit) != "block"
+    regathers = regathers_under_recompute(ctx.stack)
     gathers_per_micro_batch = 2 + regathers * (np.asarray(recompute) == 2)
     experts = np.asarray(params.experts, dtype=float)
     # (ranks, parameters, of which block parameters): the blocks' gather at block_weight_bytes

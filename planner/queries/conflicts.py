@@ -16,8 +16,8 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.knobs import Knobs
 from planner.cost.step import evaluate_terms
 from planner.queries.diagnosis_session import CHECK_WORK_UNITS, Least, Session
+from planner.space.layouts import stage_layouts
 from planner.space.rules import cp_values, divisors
-from planner.space.search_space import stage_layouts
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 

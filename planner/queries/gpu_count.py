@@ -24,7 +24,8 @@ from planner.cost.memory import memory_floor_gpus
 from planner.queries.hardware_query import HardwareQuery
 from planner.queries.plan import Plan
 from planner.queries.solving import SOLVED, decode, solve_within
-from planner.space.search_space import SearchSpace, build_search_space, stage_layouts
+from planner.space.layouts import stage_layouts
+from planner.space.search_space import SearchSpace, build_search_space
 from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW
 
 GPU_CANDIDATE_PLANS = 256

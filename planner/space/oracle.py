@@ -26,6 +26,7 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
 from planner.cost.knobs import Knobs
 from planner.cost.step import StepTerms, evaluate_terms
+from planner.space.layouts import stage_layouts
 from planner.space.rules import MIN_OFFLOAD_BLOCKS, divisors
 from planner.space.search_space import (
     KNOBS,
@@ -34,7 +35,6 @@ from planner.space.search_space import (
     encoded_pins,
     offload_domain,
     pinned_values,
-    stage_layouts,
     strategy_from_values,
 )
 from planner.specs import (
@@ -150,7 +150,7 @@ def structure_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray
     ok &= (c == 1) | (ctx.seq_len % (2 * c) == 0)
     ok &= np.isin(t, [x for x in divisors(m.heads) if m.splits_over(x)])
     n = job.global_batch // np.maximum(d * b, 1)
-    even = k["first_blocks"] == k["last_blocks"]
+    even = (k["first_blocks"] == k["middle_blocks"]) & (k["middle_blocks"] == k["last_blocks"])
     ok &= (v == 1) | ((p > 1) & even & (k["first_blocks"] % v == 0) & (n % p == 0))
     ok &= (k["placement"] == 0) | (c == 1)
     if m.is_moe:
@@ -214,8 +214,8 @@ def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) 
     offloaded = (k["offload_weights"] > 0) | (k["offload_activations"] > 0)
     offloaded |= k["offload_optimizer"] > 0
     ok &= (r == 0) | ((k["recompute"] == 0) & ~offloaded & (r % v == 0))
-    # A stated cap: partial recompute of fewer blocks than the lightest (last) stage holds.
-    ok &= r < k["last_blocks"]
+    # A stated cap: partial recompute of fewer blocks than the lightest stage holds.
+    ok &= r < np.minimum(k["first_blocks"], k["last_blocks"])
     if ctx.calculon:  # rules.calculon_violations
         ok &= (k["zero_stage"] <= 1) & (r == 0)
         for kind in ("weights", "activations", "optimizer"):
@@ -243,8 +243,8 @@ def chunk_values(
     values["tp"] = np.full(count, tp)
     values["pp"] = np.full(count, chosen.pp)
     values["layout"] = np.full(count, layout)
-    values["first_blocks"] = np.full(count, chosen.blocks)
-    values["middle_blocks"] = values["first_blocks"]
+    values["first_blocks"] = np.full(count, chosen.first)
+    values["middle_blocks"] = np.full(count, chosen.blocks)
     values["last_blocks"] = np.full(count, chosen.last)
     values["dp"] = space.gpus // (tp * chosen.pp * values["cp"])
     return values

@@ -9,14 +9,16 @@ from __future__ import annotations
 import numpy as np
 
 import hardware_catalog
+from planner.space.layouts import MAX_FIRST_STAGE_SKEW, Layout, stage_layouts
 from planner.space.rules import cp_values, divisors
-from planner.space.search_space import default_max_cp, stage_layouts
+from planner.space.search_space import default_max_cp
 from planner.specs import (
     RECOMPUTE_CODES,
     JobSpec,
     ModelSpec,
     SystemSpec,
 )
+from planner.specs.layouts import embedding_loss_layout
 from planner.specs.quantities import (
     DEFAULT_MAX_STAGE_SKEW,
     DEFAULT_OFFLOAD_STEP,
@@ -24,20 +26,44 @@ from planner.specs.quantities import (
 )
 
 
-def _uneven_first_example(layers: int, pp_values: list[int]) -> str | None:
-    """A layout the rules allow that the space leaves out, a first stage lighter than the
-    middle ones (planner.space.rules: the first and last stage free, the middle ones equal), as
-    text; None when no pp of three or more stages has one."""
+def _layout_text(layout: Layout) -> str:
+    """A layout's blocks per stage, the middle ones folded: 5,6,...,6,4."""
+    middle = (
+        (f"{layout.blocks},...,{layout.blocks}",)
+        if layout.pp > 3
+        else ((str(layout.blocks),) if layout.pp == 3 else ())
+    )
+    return ",".join((str(layout.first), *middle, str(layout.last)))
+
+
+def _heavier_end_example(layers: int, pp_values: list[int]) -> str | None:
+    """A layout the rules allow (planner.space.rules: the first and the last stage free, the
+    middle ones equal) that the space leaves out, a first stage heavier than the middle ones,
+    or with two stages a first lighter than the last, as text; None when there is none."""
     for pp in pp_values:
-        if pp < 3 or pp > layers:
+        if pp < 2 or pp > layers:
             continue
-        for layout in stage_layouts(layers, pp):
-            if layout.blocks >= 2:
-                first = layout.blocks - 1
-                last = layout.last + 1
-                if last <= layout.blocks:
-                    stages = (first, *(layout.blocks,) * (pp - 2), last)
-                    return ",".join(map(str, stages))
+        blocks = layers // pp
+        if pp == 2 and blocks >= 1 and layers - (blocks - 1) > blocks - 1 >= 1:
+            return f"{blocks - 1},{layers - blocks + 1}"
+        first = layers - (pp - 2) * blocks - 1
+        if pp > 2 and first > blocks:
+            return ",".join(map(str, (first, *(blocks,) * (pp - 2), 1)))
+    return None
+
+
+def _uneven_interleave_example(layers: int, pp_values: list[int]) -> str | None:
+    """An interleaved layout with unequal virtual stages (--pipeline-model-parallel-layout,
+    which evaluate takes) as text: Megatron's embedding and loss slots where some pp·v divides
+    the layers + 2, else two virtual stages per rank split unequally; None without a pp > 1."""
+    pipelines = [p for p in pp_values if 1 < p <= layers]
+    for pp in pipelines:
+        for v in range(2, (layers + 2) // pp + 1):
+            if (layers + 2) % (pp * v) == 0:
+                slots = embedding_loss_layout(layers, pp, v, True, True)
+                return f"pp {pp}, v {v}: {slots[0]},{slots[1]},...,{slots[-2]},{slots[-1]}"
+    if pipelines and layers >= 2 * pipelines[0] + 1:
+        return f"pp {pipelines[0]}, v 2 over unequal virtual stages"
     return None
 
 
@@ -71,39 +97,54 @@ def stated_caps(
             f"cp ≤ {cp_limit} (--max-cp; chunks of ≥ {seq_len // cp_limit} tokens; leaves out "
             f"{cut[0]}, …)"
         )
-    skewed = [
+    left_out = [
         layout
         for p in divisors(gpus)
         for layout in sorted(
             set(stage_layouts(model.layers, p))
             - set(stage_layouts(model.layers, p, max_stage_skew)),
-            key=lambda x: x.blocks,
+            key=lambda x: (x.blocks, x.lighter_first),
         )
     ]
+    first_skew = min(MAX_FIRST_STAGE_SKEW, max_stage_skew)
+    skewed = [x for x in left_out if x.blocks - x.last > max_stage_skew]
     if skewed:
         caps.append(
-            f"the last pipeline stage at most {max_stage_skew} blocks lighter than the others, "
-            "or as little lighter as a pp that does not divide the layers allows "
-            f"(--max-stage-skew; leaves out pp {skewed[0].pp} with "
-            f"{skewed[0].blocks},...,{skewed[0].blocks},{skewed[0].last}, …)"
+            f"the last pipeline stage at most {max_stage_skew} blocks lighter than the middle "
+            "ones, or as little lighter as a pp that does not divide the layers allows "
+            f"(--max-stage-skew; leaves out pp {skewed[0].pp} with {_layout_text(skewed[0])}, …)"
+        )
+    lighter_first = [x for x in left_out if x.lighter_first > first_skew]
+    if lighter_first:
+        blocks = "one block" if first_skew == 1 else f"{first_skew} blocks"
+        caps.append(
+            f"the first pipeline stage at most {blocks} lighter than the middle ones "
+            "(Megatron's embedding slot; --stage-layers in evaluate; leaves out pp "
+            f"{lighter_first[0].pp} with {_layout_text(lighter_first[0])}, …)"
         )
     lighter = [
         layout
         for p in divisors(gpus)
         for layout in stage_layouts(model.layers, p, max_stage_skew)
-        if layout.last < layout.blocks
+        if layout.lightest < layout.blocks
     ]
     if lighter:
         caps.append(
-            "partial recompute (--recompute-layers) of fewer blocks than the last stage holds "
-            f"(leaves out recomputing {lighter[0].last} blocks per stage of "
-            f"{lighter[0].blocks},...,{lighter[0].blocks},{lighter[0].last}, …)"
+            "partial recompute (--recompute-layers) of fewer blocks than the lightest stage holds "
+            f"(leaves out recomputing {lighter[0].lightest} blocks per stage of "
+            f"{_layout_text(lighter[0])}, …)"
         )
-    uneven_first = _uneven_first_example(model.layers, divisors(gpus))
-    if uneven_first:
+    heavier = _heavier_end_example(model.layers, divisors(gpus))
+    if heavier:
         caps.append(
-            "the first pipeline stage as heavy as the middle ones (only the last may be lighter; "
-            f"--stage-layers in evaluate; leaves out {uneven_first}, …)"
+            "the first and the last pipeline stage no heavier than the middle ones, with two "
+            f"stages the last the lighter (--stage-layers in evaluate; leaves out {heavier}, …)"
+        )
+    uneven = _uneven_interleave_example(model.layers, divisors(gpus))
+    if uneven and max_interleave != 1:
+        caps.append(
+            "interleaving over equal stages split into equal chunks (--stage-layers in "
+            f"evaluate takes unequal virtual stages; leaves out {uneven}, …)"
         )
     if model.is_moe and any(t > 2 and model.expert_width % 2 == 0 for t in divisors(gpus)):
         caps.append("expert TP equal to tp or 1 (evaluate takes any divisor of tp)")

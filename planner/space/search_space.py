@@ -26,6 +26,7 @@ import numpy as np
 
 import hardware_catalog
 from planner.errors import InputError
+from planner.space.layouts import Layout, stage_layouts
 from planner.space.rules import cp_allowed, divisors
 from planner.specs import (
     OFFLOAD_KINDS,
@@ -99,40 +100,6 @@ PIN_LIMITS = {
 
 
 @dataclass(frozen=True)
-class Layout:
-    """A pipeline layout: pp stages, the first pp − 1 with ``blocks`` blocks each and the last
-    with ``last`` (≤ blocks): Megatron's ``--decoder-last-pipeline-num-layers``."""
-
-    pp: int
-    blocks: int
-    last: int
-
-    @property
-    def even(self) -> bool:
-        return self.blocks == self.last
-
-    def stage_layers(self) -> tuple[int, ...] | None:
-        """Strategy.stage_layers: None for an even layout."""
-        return None if self.even else (self.blocks,) * (self.pp - 1) + (self.last,)
-
-
-def stage_layouts(layers: int, pp: int, max_skew: int | None = None) -> list[Layout]:
-    """The layouts of ``layers`` blocks over pp stages with the last stage no heavier than the
-    others and at most ``max_skew`` blocks lighter (None: any; but the layout that pp not dividing
-    the layers forces is always kept): blocks from ⌈L/p⌉ while the last keeps at least one. A
-    lighter last stage balances the LM head against blocks; pp need not divide the layers."""
-    if pp == 1:
-        return [Layout(1, layers, layers)]
-    layouts = [
-        Layout(pp, blocks, layers - (pp - 1) * blocks)
-        for blocks in range(-(-layers // pp), (layers - 1) // (pp - 1) + 1)
-    ]
-    if max_skew is None:
-        return layouts
-    return layouts[:1] + [x for x in layouts[1:] if x.blocks - x.last <= max_skew]
-
-
-@dataclass(frozen=True)
 class SearchSpace:
     """Knob domains (values, in increasing order) and the user's pins. ``gpus`` fixes the GPU
     count; None leaves it free (tp·cp·pp·dp a multiple of ``gpu_multiple``, at most
@@ -149,6 +116,16 @@ class SearchSpace:
     values; its one-hot knob in ``domains`` ranges over the grid's indices."""
     layouts: tuple[Layout, ...] = ()
     """The stage layouts the ``layout`` knob indexes."""
+
+    @property
+    def stage_kinds(self) -> tuple[str, ...]:
+        """The stage kinds whose DP exposure the solver encodes: the first and the last, and
+        the middle where a layout has a lighter first stage. Elsewhere the middle stages hold
+        the first's blocks with fewer parameters (no embedding), hence no more DP traffic under
+        the same per-block windows, so the first's exposure bounds theirs."""
+        if any(layout.lighter_first for layout in self.layouts):
+            return ("first", "middle", "last")
+        return ("first", "last")
 
     def layout_index(self, strategy: Strategy) -> int:
         """The index of the strategy's layout in ``layouts`` (-1 if it is not among them)."""
@@ -420,7 +397,7 @@ def _partial_recompute_values(
 ) -> tuple[int, ...]:
     """0 (no partial recompute) and, where partial recompute can be chosen (full recompute
     offered, recompute not pinned and no offloading possible), 1 .. the most blocks a
-    last stage holds − 1 (fewer than every stage holds: recomputing them all is full
+    lightest stage holds − 1 (fewer than every stage holds: recomputing them all is full
     recompute). A pinned value is kept (rules name the conflict)."""
     possible = (
         RECOMPUTE_CODES["full"] in domains["recompute"]
@@ -429,7 +406,7 @@ def _partial_recompute_values(
             0 in domains[k] for k in ("offload_weights", "offload_activations", "offload_optimizer")
         )
     )
-    largest = max((layout.last for layout in layouts), default=1) - 1 if possible else 0
+    largest = max((layout.lightest for layout in layouts), default=1) - 1 if possible else 0
     values = set(range(largest + 1))
     if "recompute_layers" in pins:
         values.add(pins["recompute_layers"])
