@@ -9,8 +9,8 @@ First stage of k blocks, with m = min(n, p) micro-batches in flight and the inte
 f = 1 + (p−1)/(p·v) for v > 1: state + k·f·m·A_stored + min(R, k)·A_working + rebuilt + reserve
 ≤ usable HBM (R: the stack's resident offload blocks). Multiplying by p·v for v > 1 makes every
 coefficient an integer; m·A_stored is one AddMultiplicationEquality. A middle stage of k blocks
-(lighter-first layouts: v = 1, p > 2) holds m' = min(n, p − 1) micro-batches: state +
-k·m'·A_stored + min(R, k)·A_working + rebuilt + reserve. The last stage, of its own block
+(layouts with a lighter first stage, p > 2) holds m' = min(n, p − 1) micro-batches, in the same
+form: state + k·f·m'·A_stored + min(R, k)·A_working + rebuilt + reserve. The last stage, of its own block
 count, holds one micro-batch and the logits. Partial recompute (r blocks per stage, fewer than
 the lightest stage holds) subtracts r·(A_none − A_full) per micro-batch in flight (two
 products) and adds the block a full recompute rebuilds.
@@ -87,7 +87,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             + work_coef * working
             <= scale * (hbm_need - reserve)
         ).OnlyEnforceIf(literals)
-    middles = _middle_stage_cases(variables)
+    middles = list(_middle_stage_cases(variables))
     if middles:
         state_middle, off_middle = tables.state("middle")
         middle_in_flight = variables.new_int("middle_in_flight", max(variables.domains["pp"]))
@@ -98,17 +98,15 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             if variables.partial_recompute
             else 0
         )
-        for layout, chosen in middles:
+        for literals, scale, act_coef, layout in middles:
             k = layout.blocks
             m.Add(
-                state_middle
-                + rebuilt
-                + partial_rebuilt
-                + k * stored_middle
-                - saved_middle
-                + min(resident, k) * working
-                <= hbm_need - reserve
-            ).OnlyEnforceIf(chosen)
+                scale * (state_middle + rebuilt + partial_rebuilt)
+                + act_coef * stored_middle
+                - (act_coef // k) * saved_middle
+                + scale * min(resident, k) * working
+                <= scale * (hbm_need - reserve)
+            ).OnlyEnforceIf(literals)
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
         k = layout.last
         m.Add(
@@ -139,10 +137,10 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             m.Add(off_last[tier - 1] + layout.last * act <= tier_need).OnlyEnforceIf(chosen)
         if middles:
             act_middle = _product(variables, f"tier{tier}_middle_in_flight", middle_in_flight, act)
-            for layout, chosen in middles:
-                m.Add(off_middle[tier - 1] + layout.blocks * act_middle <= tier_need).OnlyEnforceIf(
-                    chosen
-                )
+            for literals, scale, act_coef, _ in middles:
+                m.Add(
+                    scale * off_middle[tier - 1] + act_coef * act_middle <= scale * tier_need
+                ).OnlyEnforceIf(literals)
         family = variables.family(
             f"offload{tier}", f"offload tier {tier} capacity ({spec.capacity_gib:g} GiB)"
         )
@@ -177,14 +175,17 @@ def _product(
     return result
 
 
-def _middle_stage_cases(variables: Variables) -> list[tuple[object, cp_model.IntVar]]:
-    """(layout, its literal) for the layouts whose middle stages the first does not bound: a
-    lighter first stage (only with v = 1 and p > 2, Variables.layout_interleaves)."""
-    return [
-        (layout, chosen)
-        for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True)
-        if layout.lighter_first
-    ]
+def _middle_stage_cases(variables: Variables):
+    """(literals, scale, activation coefficient, layout) per (layout, interleave) whose middle
+    stages the first does not bound (a lighter first stage with p > 2), as _first_stage_cases
+    with the middle stages' blocks."""
+    for layout, v, literals in variables.layout_interleaves():
+        if layout.pp > 2 and layout.lighter_first:
+            p, k = layout.pp, layout.blocks
+            if v == 1:
+                yield literals, 1, k, layout
+            else:
+                yield literals, p * v, k * (p * v + p - 1), layout
 
 
 def _first_stage_cases(variables: Variables):

@@ -25,6 +25,7 @@ equality); the per-micro-batch part multiplies the micro-batch count by the comm
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -70,22 +71,22 @@ def add_step_time(
     bounds = []
     for layout, v, literals in variables.layout_interleaves():
         shown = None if hidden_p2p and v > 1 else message
-        # The middle stages' blocks bound the first's too: a lighter first stage (v = 1) runs
-        # the same per-block passes and messages on fewer blocks.
-        for blocks, with_head in ((layout.blocks, False), (layout.last, True)):
+        for stage, with_head in _timed_stages(layout):
+            blocks = layout.stage_blocks(stage)
+            scale, bubble = _bubble_coefficients(layout, v, blocks)
             terms = _pipeline_terms(
-                layout.pp, v, blocks, per_block, partial, head, shown, with_head
+                layout.pp, v, scale, bubble, blocks, per_block, partial, head, shown, with_head
             )
-            if shown is None and layout.pp > 1:  # v > 1: an even layout (layout_interleaves)
-                once, per_step = hidden_p2p
-                terms += [(v, per_step), (layout.pp - 1, once)]
-            terms += _interleave_terms(tables, layout.pp, v, message, chunks)
-            bounds.append((v, terms, literals))
+            if shown is None and layout.pp > 1:  # v > 1 with overlapped P2P
+                once, per_step = hidden_p2p[stage]
+                terms += [(scale, per_step), (bubble, once)]
+            terms += _interleave_terms(tables, layout.pp, v, scale, bubble, message, chunks)
+            bounds.append((scale, terms, literals))
     pipeline = variables.new_int(
-        "pipeline", max(upper(variables, terms) // v + 1 for v, terms, _ in bounds)
+        "pipeline", max(upper(variables, terms) // scale + 1 for scale, terms, _ in bounds)
     )
-    for v, terms, literals in bounds:
-        m.Add(v * pipeline >= linear(terms)).OnlyEnforceIf(literals)
+    for scale, terms, literals in bounds:
+        m.Add(scale * pipeline >= linear(terms)).OnlyEnforceIf(literals)
     if all(x.pp_power == 1 for x in per_block):
         # Redundant, for propagation before the layout is chosen: the first stage's share of
         # the per-step block work, k·n·U ≥ (L/p)·n·U = L·(φ·U), does not depend on p.
@@ -217,17 +218,27 @@ def _pp_overlapped(
     passes: tuple[PerBlock, PerBlock, list[PerBlock], list[PerBlock]],
     message: PerBlock,
     exact: bool,
-) -> tuple[cp_model.IntVar, cp_model.IntVar] | None:
-    """(E, n·E) for E = max(0, v·M − F) + max(0, v·M − B), the pipeline messages a stage with
-    overlapped P2P shows per micro-batch (step.pp_exposed_s): M one message, F and B the
-    stage's forward and backward passes with their offload stalls (and partial recompute's
-    extra backward), for the chosen even layout of k blocks and interleave v > 1 (one gap per
-    part, fixed by the chosen pair; ``exact`` as in _exposed_once). ``passes``: the per-block
-    compute, forward and offload tables and the per-stage partial-recompute ones. None where
-    the stack does not overlap P2P or the space has no such pair."""
+) -> dict[str, tuple[cp_model.IntVar, cp_model.IntVar]] | None:
+    """{stage kind: (E, n·E)} for E = max(0, v·M − F) + max(0, v·M − B), the pipeline messages
+    a stage with overlapped P2P shows per micro-batch (step.pp_exposed_s): M one message, F and
+    B the stage's forward and backward passes with their offload stalls (and partial
+    recompute's extra backward), for the chosen layout's k blocks on that stage and interleave
+    v > 1 (one gap per part, fixed by the chosen pair; ``exact`` as in _exposed_once). The
+    stages of an even layout hold the same blocks, so one E serves them all unless the space
+    has slot layouts. ``passes``: the per-block compute, forward and offload tables and the
+    per-stage partial-recompute ones. None where the stack does not overlap P2P or the space
+    has no such pair."""
     pairs = [(x, v, lits) for x, v, lits in variables.layout_interleaves() if v > 1 and x.pp > 1]
     if not tables.ctx.stack.pp_overlap or not pairs:
         return None
+    uneven = any(layout.interleave for layout, _, _ in pairs)
+    kinds = ("first", "middle", "last") if uneven else ("last",)
+    shown = {kind: _pp_shown(variables, passes, message, pairs, kind, exact) for kind in kinds}
+    return {kind: shown[kind if uneven else "last"] for kind in ("first", "middle", "last")}
+
+
+def _pp_shown(variables, passes, message, pairs, stage: str, exact: bool):
+    """(E, n·E) of _pp_overlapped for one stage kind."""
     compute, forward, offload, partial = passes
     # (name, per-block window, per-block terms taken off it, per-stage window)
     windows = (
@@ -244,7 +255,7 @@ def _pp_overlapped(
         for name, window, minus, whole in windows:
             rows = []
             for layout, v, _ in pairs:
-                p, k = layout.pp, layout.blocks
+                p, k = layout.pp, layout.stage_blocks(stage)
                 coef, sent = value(message, p)
                 terms = [(v * coef, sent)]
                 terms += [(-k * c, var) for c, var in (value(x, p) for x in window)]
@@ -252,9 +263,9 @@ def _pp_overlapped(
                 terms += [(-c, var) for c, var in (value(x, p) for x in whole)]
                 rows.append([terms])
             enforced = [literals for _, _, literals in pairs]
-            label = f"pp_{name}_exposed_{kind}"
+            label = f"pp_{name}_exposed_{kind}_{stage}"
             parts.append(pair_maximum(variables, label, rows, enforced, exact))
-        total = variables.new_int(f"pp_exposed_{kind}", sum(variables.ub(x) for x in parts))
+        total = variables.new_int(f"pp_exposed_{kind}_{stage}", sum(variables.ub(x) for x in parts))
         variables.model.Add(total == sum(parts))
         exposed.append(total)
     return exposed[0], exposed[1]
@@ -282,25 +293,61 @@ def _times_recomputed(variables: Variables, x: PerBlock) -> PerBlock:
 
 
 def _interleave_terms(
-    tables: TableBuilder, p: int, v: int, message: PerBlock, chunks: PerBlock | None
+    tables: TableBuilder,
+    p: int,
+    v: int,
+    scale: int,
+    bubble: int,
+    message: PerBlock,
+    chunks: PerBlock | None,
 ) -> list[tuple[int, cp_model.IntVar]]:
-    """v × interleaving's costs beyond the ideal bubble (planner/cost/interleave.py): the fill
-    and drain messages, hops·M with hops = fill_drain_hops(p, v, hidden), and the chunk steps
-    2·(v − 1)·o in every micro-batch's T: (n + (p − 1)/v)·C for C the chunk table's entry."""
+    """scale × interleaving's costs beyond the ideal bubble (planner/cost/interleave.py): the
+    fill and drain messages, hops·M with hops = fill_drain_hops(p, v, hidden), and the chunk
+    steps 2·(v − 1)·o in every micro-batch's T: scale·n·C + bubble·C for C the chunk table's
+    entry (_bubble_coefficients)."""
     if p == 1 or v == 1:
         return []
     hidden = tables.ctx.stack.pp_overlap
     terms = []
     if not tables.ctx.calculon:
-        terms.append((v * fill_drain_hops(p, v, hidden), message.once))
+        terms.append((scale * fill_drain_hops(p, v, hidden), message.once))
     if chunks is not None:
-        terms += [(v * p**chunks.pp_power, chunks.per_step), (p - 1, chunks.once)]
+        terms += [(scale * p**chunks.pp_power, chunks.per_step), (bubble, chunks.once)]
     return [(coef, var) for coef, var in terms if coef]
+
+
+def _timed_stages(layout) -> list[tuple[str, bool]]:
+    """The stages whose timelines bound the pipeline, with whether each runs the LM head: the
+    last, and the middle stages where they hold more blocks than the first; the first unless
+    the middle ones bound it (more blocks at the same bubble share: a lighter first stage
+    without slots). Where the first holds as many as the middle ones it stands for them."""
+    stages = [("last", True)]
+    lighter_first = layout.pp > 2 and layout.first < layout.blocks
+    if lighter_first:
+        stages.append(("middle", False))
+    if not lighter_first or layout.interleave:
+        stages.append(("first", False))
+    return stages
+
+
+def _bubble_coefficients(layout, v: int, blocks: int) -> tuple[int, int]:
+    """(scale, bubble): a stage of k = ``blocks`` blocks bounds scale·pipeline by
+    scale·n·T + bubble·T, its timeline (n + (p − 1)·s)·T times scale (step.evaluate_terms),
+    with s its bubble share: c/k for the largest chunk c (interleave.bubble_share), which is
+    1/v for equal chunks: (v, p − 1); without interleaving (1, p − 1)."""
+    p = layout.pp
+    if v == 1:
+        return 1, p - 1
+    chunk = layout.chunk(v)
+    common = math.gcd(blocks, chunk)
+    return blocks // common, (p - 1) * chunk // common
 
 
 def _pipeline_terms(
     p: int,
     v: int,
+    scale: int,
+    bubble: int,
     blocks: int,
     per_block: list[PerBlock],
     per_stage: list[PerBlock],
@@ -308,19 +355,20 @@ def _pipeline_terms(
     message: PerBlock | None,
     with_head: bool,
 ) -> list[tuple[int, cp_model.IntVar]]:
-    """v × the pipeline bound of a stage of ``blocks`` blocks (see the module docstring);
+    """scale × the pipeline bound of a stage of ``blocks`` blocks, scale·n·T + bubble·T
+    (_bubble_coefficients; the module docstring's with scale v and bubble p − 1);
     ``per_stage``: stage totals (partial recompute's); ``message`` None: the stack hides the
-    stage-to-stage messages."""
-    terms = [(v * blocks * p**x.pp_power, x.per_step) for x in per_block]
-    terms += [((p - 1) * blocks, x.once) for x in per_block]
-    terms += [(v * p**x.pp_power, x.per_step) for x in per_stage]
-    terms += [(p - 1, x.once) for x in per_stage]
+    stage-to-stage messages, else 2·v of them in T."""
+    terms = [(scale * blocks * p**x.pp_power, x.per_step) for x in per_block]
+    terms += [(bubble * blocks, x.once) for x in per_block]
+    terms += [(scale * p**x.pp_power, x.per_step) for x in per_stage]
+    terms += [(bubble, x.once) for x in per_stage]
     if with_head:
-        terms += [(v * p**head.pp_power, head.per_step), (p - 1, head.once)]
+        terms += [(scale * p**head.pp_power, head.per_step), (bubble, head.once)]
     if p > 1 and message is not None:
         terms += [
-            (2 * v * v * p**message.pp_power, message.per_step),
-            (2 * v * (p - 1), message.once),
+            (2 * v * scale * p**message.pp_power, message.per_step),
+            (2 * v * bubble, message.once),
         ]
     return [(coef, var) for coef, var in terms if coef]
 

@@ -99,11 +99,12 @@ class Variables:
 
     def add_pairs(self) -> None:
         """One literal per (pp, interleave) pair: the product of the two one-hots. Interleave
-        v > 1 is only paired with a pp > 1 whose layers per stage v divides (Megatron)."""
-        layers = self.space.layers
+        v > 1 is only paired with a pp > 1 that has a layout admitting it (Layout.admits: the
+        even layout whose layers per stage v divides, or Megatron-Core's embedding/loss
+        slots)."""
         for a, p in enumerate(self.domains["pp"]):
             for c, v in enumerate(self.domains["interleave"]):
-                if v == 1 or (p > 1 and layers % (p * v) == 0):
+                if any(x.pp == p and x.admits(v) for x in self.space.layouts):
                     self.pairs[(a, c)] = self.model.NewBoolVar(f"pp={p},interleave={v}")
         for a in range(len(self.domains["pp"])):
             row = [lit for (i, _), lit in self.pairs.items() if i == a]
@@ -114,32 +115,29 @@ class Variables:
         self.add_layouts()
 
     def add_layouts(self) -> None:
-        """Each layout fixes pp (the layout literals of a pp sum to its literal); interleaving
-        needs the even layout (Megatron's virtual stages split equal stages)."""
+        """Each layout fixes pp (the layout literals of a pp sum to its literal) and admits
+        only some interleaves (Layout.admits): a slot layout its own, v > 1 an even layout
+        (Megatron's virtual stages split equal stages) or a slot layout of that v."""
         layouts = self.space.layouts
+        chosen = list(zip(self.onehot["layout"], layouts, strict=True))
         for a, p in enumerate(self.domains["pp"]):
-            mine = [
-                lit
-                for lit, layout in zip(self.onehot["layout"], layouts, strict=True)
-                if layout.pp == p
-            ]
+            mine = [lit for lit, layout in chosen if layout.pp == p]
             self.model.Add(sum(mine) == self.onehot["pp"][a])
-            even = [
-                lit
-                for lit, layout in zip(self.onehot["layout"], layouts, strict=True)
-                if layout.pp == p and layout.even
+        for lit, layout in chosen:
+            admitted = [
+                self.onehot["interleave"][c]
+                for c, v in enumerate(self.domains["interleave"])
+                if layout.admits(v)
             ]
-            for (i, c), pair in self.pairs.items():
-                if i == a and self.domains["interleave"][c] > 1:
-                    self.model.AddBoolOr([pair.Not(), *even])
+            if len(admitted) < len(self.domains["interleave"]):
+                self.model.AddBoolOr([lit.Not(), *admitted])
 
     def layout_interleaves(self):
-        """(layout, v, [layout literal, interleave literal]) for every admissible pair: any
-        layout without interleaving; with v > 1 only an even layout of pp > 1 whose blocks per
-        stage v divides (Megatron's virtual stages split equal stages)."""
+        """(layout, v, [layout literal, interleave literal]) for every admissible pair
+        (Layout.admits)."""
         for i, layout in enumerate(self.space.layouts):
             for c, v in enumerate(self.domains["interleave"]):
-                if v == 1 or (layout.even and layout.pp > 1 and layout.blocks % v == 0):
+                if layout.admits(v):
                     literals = [self.onehot["layout"][i], self.onehot["interleave"][c]]
                     yield layout, v, literals
 

@@ -36,6 +36,7 @@ from planner.space.reductions import canonical_values, stated_caps
 from planner.space.rules import strategy_violations
 from planner.space.search_space import strategy_from_values
 from planner.specs import JobSpec, ModelSpec, Strategy
+from planner.specs.layouts import embedding_loss_layout
 from planner.specs.system import CalculonTables
 from tests.conftest import calculon_tables, simple_system
 from tests.rounding import assert_proves_oracle_optimum
@@ -181,12 +182,14 @@ def test_the_oracles_rules_are_planner_rules(problem, rng) -> None:
         strategy = strategy_from_values({k: int(v[0]) for k, v in values.items()}, space)
         domain = system.network_tiers[0].domain_gpus if len(system.network_tiers) > 1 else None
         # Stated caps: TP inside the domain, partial recompute of fewer blocks than the lightest
-        # stage holds, and interleaving over even stages only (uneven virtual stages, which the
-        # rules allow, are evaluated, not searched: README, --stage-layers).
+        # stage holds, and interleaving over even stages or Megatron's embedding/loss slots only
+        # (other unequal virtual stages, which the rules allow, are evaluated, not searched:
+        # README, --stage-layers).
+        chosen = space.layouts[layout]
         capped = (
             (not system.tp_across_domain and domain is not None and tp > domain)
-            or (strategy.recompute_layers or 0) >= space.layouts[layout].lightest
-            or (strategy.interleave > 1 and strategy.stage_layers is not None)
+            or (strategy.recompute_layers or 0) >= chosen.lightest
+            or (strategy.interleave > 1 and not chosen.admits(strategy.interleave))
         )
         valid = not strategy_violations(model, system, job, strategy, gpus)
         assert mask == (valid and not capped), (strategy, valid, capped)
@@ -437,7 +440,7 @@ def test_a_lighter_first_stage_is_searched_against_the_raw_oracle(
             dict(name="nvlink", domain_gpus=8, bandwidth_gbps=450, latency_us=3, efficiency=0.8)
         ],
     )
-    pins = {"pp": 4, "tp": 1}
+    pins = {"pp": 4, "tp": 1, "interleave": 1}
     result = plan(model, system, job, 4, pins=pins)
     ctx = CostContext(model, system, job)
     assert_proves_oracle_optimum(result, ctx, raw_space(model, system, job, 4, pins=pins), REL)
@@ -446,3 +449,52 @@ def test_a_lighter_first_stage_is_searched_against_the_raw_oracle(
     assert result.estimate.memory_stage["hbm"] == binding
     heavier_first = result.strategy.model_copy(update={"stage_layers": (8, 8, 8, 6)})
     assert not evaluate(model, system, job, heavier_first).fits
+
+
+@pytest.mark.parametrize("stack", ["megatron-core", "deepspeed"])
+@pytest.mark.parametrize("hbm_gib", [47, 33])
+def test_embedding_and_loss_slots_are_searched_against_the_raw_oracle(
+    stack: str, hbm_gib: float
+) -> None:
+    """The same 30 blocks on pp 4, interleaving free: 30 + 2 slots split into 32 one-block
+    virtual stages (Megatron's embedding and loss slots, 0,1,...,1,0 at v = 8) is in the space,
+    with its own bubble share per stage (c/k: 1/7 on the first and the last rank, 1/8 between)
+    and, under megatron-core, P2P hidden stage by stage; the plan is the raw product's optimum
+    either way."""
+    model = ModelSpec(name="t30", hidden=4096, layers=30, heads=32, ffn_hidden=16384, vocab=32000)
+    job = JobSpec(global_batch=16, seq_len=4096, stack=stack)
+    system = simple_system(
+        memory_tiers=[dict(name="HBM", capacity_gib=hbm_gib, bandwidth_gbps=3000, efficiency=0.9)],
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=8, bandwidth_gbps=450, latency_us=3, efficiency=0.8)
+        ],
+    )
+    pins = {"pp": 4, "tp": 1}
+    space = raw_space(model, system, job, 4, pins=pins)
+    slots = [x.stage_layers() for x in space.layouts if x.interleave]
+    assert (0, *(1,) * 30, 0) in slots
+    result = plan(model, system, job, 4, pins=pins)
+    assert_proves_oracle_optimum(result, CostContext(model, system, job), space, REL)
+
+
+@pytest.mark.parametrize("stack", ["megatron-core", "deepspeed"])
+@pytest.mark.parametrize("interleave", [2, 4, 8])
+def test_a_slot_layouts_objective_is_its_evaluation(stack: str, interleave: int) -> None:
+    """30 blocks + 2 slots on pp 4 at v = 2, 4 or 8 (no even layout admits those v, so the pin
+    forces the slot layout) with a 256k-token vocabulary and n = p micro-batches, where the
+    first and the last rank's larger bubble share (c/k against 1/v) and the LM head decide
+    which stage bounds the step: the solver's objective is the cost model's step time, and the
+    plan the raw product's optimum."""
+    model = ModelSpec(name="t30", hidden=2048, layers=30, heads=16, ffn_hidden=8192, vocab=256000)
+    job = JobSpec(global_batch=4, seq_len=2048, stack=stack)
+    system = simple_system(
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=8, bandwidth_gbps=450, latency_us=3, efficiency=0.8)
+        ]
+    )
+    pins = {"pp": 4, "tp": 1, "interleave": interleave, "micro_batch": 1}
+    result = plan(model, system, job, 4, pins=pins)
+    assert result.strategy.stage_layers == embedding_loss_layout(30, 4, interleave, True, True)
+    assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)
+    space = raw_space(model, system, job, 4, pins=pins)
+    assert_proves_oracle_optimum(result, CostContext(model, system, job), space, REL)

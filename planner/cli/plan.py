@@ -71,7 +71,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=whole(1, lim.MAX_LAYERS),
         default=None,
         help="the search covers interleaves (virtual stages per rank) up to this (default: "
-        "every interleave that divides the blocks per stage)",
+        "every interleave that divides the blocks per stage, or the blocks plus Megatron's "
+        "embedding and loss slots)",
     )
     plan_cmd.add_argument(
         "--max-cp",

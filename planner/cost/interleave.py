@@ -6,9 +6,9 @@ out, each priced here and added by step.evaluate_terms (and by the solver, const
 objective.py, with the same formulas):
 
 1. **Uneven chunks.** The fill and the drain pass through p − 1 chunk-steps; with unequal virtual
-   stages (Megatron-Core's embedding/loss slots, layout strings) the bubble is set by the
-   largest chunk c_max of the slowest rank's k blocks: (p − 1)·T·c_max/k, which is (p − 1)·T/v
-   for an even split (bubble_share).
+   stages (Megatron-Core's embedding/loss slots, layout strings) each step on a rank of k
+   blocks takes up to its largest chunk c_max: (p − 1)·T·c_max/k, which is (p − 1)·T/v for an
+   even split (bubble_share). The step is the slowest rank's n·T plus its own steps.
 2. **Fill and drain messages.** The first micro-batch's forward crosses p·v − 1 stage boundaries
    before the last rank has work (its backward as many on the way back), each message on the
    critical path: the waiting rank has nothing to hide it under. Each of the v − 1 extra passes

@@ -352,8 +352,10 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     """Evaluate the cost model on (arrays of) strategies. No validity checks here: callers pass
     strategies that satisfy the rules (planner.space.rules).
 
-    With uneven stages every per-micro-batch term is the slowest stage's: T = max(first·U,
-    middle·U, last·U + head) + PP messages; DP exposure and the optimizer step are the worst
+    With uneven stages the pipeline is the slowest stage's timeline (n + (p − 1)·s)·T, T its
+    micro-batch time (first·U, middle·U or last·U + head, with its PP messages) and s its bubble
+    share (interleave.bubble_share: 1/v, or c_max/k for unequal virtual stages), and every
+    per-micro-batch term is that stage's; DP exposure and the optimizer step are the worst
     stage's (each stage reduces its own gradients under its own compute)."""
     k = knobs.as_dict()
     t = np.asarray(k["tp"], dtype=float)
@@ -404,9 +406,17 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     first_s = stage["first"].total_s + pp_s["first"]
     middle_s = np.where(stage_present(p, "middle"), stage["middle"].total_s + pp_s["middle"], 0.0)
     last_s = stage["last"].total_s + head + pp_s["last"]
-    slowest_s = np.maximum.reduce([first_s, middle_s, last_s])
-    last_slowest = last_s >= slowest_s
-    first_slowest = ~last_slowest & (first_s >= middle_s)
+    # Each stage's own timeline: its n micro-batches and its p − 1 fill and drain chunk steps
+    # (bubble share s of its T: 1/v for equal chunks, c_max/k for unequal ones); the slowest
+    # stage's sets the step. With equal shares that is the stage of the largest T.
+    share = {kind: bubble_share(v, k["chunk_blocks"], blocks[kind]) for kind in STAGES}
+    spans_s = {
+        kind: (n + (p - 1) * share[kind]) * time_s
+        for kind, time_s in (("first", first_s), ("middle", middle_s), ("last", last_s))
+    }
+    slowest_span_s = np.maximum.reduce(list(spans_s.values()))
+    last_slowest = spans_s["last"] >= slowest_span_s
+    first_slowest = ~last_slowest & (spans_s["first"] >= spans_s["middle"])
     critical = BlockPieces(
         **{
             f.name: np.where(
@@ -423,11 +433,11 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     pp_per_micro_batch = np.where(
         last_slowest, pp_s["last"], np.where(first_slowest, pp_s["first"], pp_s["middle"])
     )
-    per_micro_batch = slowest_s
-    critical_blocks = np.where(
-        last_slowest, blocks["last"], np.where(first_slowest, blocks["first"], blocks["middle"])
+    per_micro_batch = np.where(last_slowest, last_s, np.where(first_slowest, first_s, middle_s))
+    critical_share = np.where(
+        last_slowest, share["last"], np.where(first_slowest, share["first"], share["middle"])
     )
-    bubble = (p - 1) * bubble_share(v, k["chunk_blocks"], critical_blocks) * per_micro_batch
+    bubble = (p - 1) * critical_share * per_micro_batch
     if not ctx.calculon:  # Calculon's bubble is (p − 1)/v·T (planner/cost/calculon.py)
         bubble = bubble + fill_drain_messages_s(p, v, message, hidden_p2p)
 

@@ -16,7 +16,7 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.knobs import Knobs
 from planner.cost.step import evaluate_terms
 from planner.queries.diagnosis_session import CHECK_WORK_UNITS, Least, Session
-from planner.space.layouts import stage_layouts
+from planner.space.layouts import slot_layouts, stage_layouts
 from planner.space.rules import cp_values, divisors
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -31,6 +31,13 @@ class Conflict(BaseModel):
     """The conflict's number, when it has one (a GPU count is an int, in JSON too)."""
     unit: str | None = None
     strategy: Strategy | None = None
+
+
+def _interleaves(layers: int, pp: int, v: int) -> bool:
+    """Whether a layout the solver searches splits ``layers`` over pp stages into v chunks
+    each (an even one, or one with embedding/loss slots: planner.space.layouts)."""
+    even = layers % pp == 0 and (layers // pp) % v == 0
+    return even or bool(slot_layouts(layers, pp, v, max_skew=1))
 
 
 def pin_conflicts(
@@ -91,16 +98,22 @@ def pin_conflicts(
             f"{_listing(divisors(job.global_batch))}",
         )
     if "interleave" in pins and pins["interleave"] > 1:
-        v = pins["interleave"]
-        per_stage = model.layers // pins["pp"] if pins.get("pp") else None
         if pins.get("pp") == 1:
             add("interleave", "interleaving needs pp > 1")
-        elif model.layers % v or (per_stage and model.layers % pins["pp"] == 0 and per_stage % v):
-            allowed = divisors(per_stage) if per_stage else divisors(model.layers)
-            add(
-                "interleave",
-                f"the interleave must divide the layers per stage; allowed: {_listing(allowed)}",
-            )
+        else:
+            pipelines = [pins["pp"]] if pins.get("pp") else [p for p in pp_ok if p > 1]
+            allowed = [
+                v
+                for v in range(1, model.layers + 3)
+                if v == 1 or any(_interleaves(model.layers, p, v) for p in pipelines)
+            ]
+            if pins["interleave"] not in allowed:
+                add(
+                    "interleave",
+                    "the interleave must divide the layers per stage, or the layers plus "
+                    "Megatron's embedding and loss slots per stage; allowed: "
+                    f"{_listing(allowed)}",
+                )
     if "ep" in pins and (not model.is_moe or model.experts % pins["ep"] or gpus % pins["ep"]):
         allowed = [e for e in divisors(model.experts) if gpus % e == 0] if model.is_moe else [1]
         add(

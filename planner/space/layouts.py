@@ -1,5 +1,7 @@
-"""The pipeline layouts the solver searches (Layout, stage_layouts): blocks per stage, the
-middle stages equal, the first and the last no heavier and at most a stated skew lighter."""
+"""The pipeline layouts the solver searches (Layout): blocks per stage, the middle stages
+equal, the first and the last no heavier and at most a stated skew lighter (stage_layouts);
+and, for an interleaved schedule, Megatron-Core's embedding and loss slots, which split the
+layers plus one slot for each into equal virtual stages (slot_layouts)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,18 @@ class Layout:
     with ``lighter_first`` fewer and the last with ``last`` (≤ blocks): Megatron's
     ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` (a first
     stage one block lighter is ``--account-for-embedding-in-pipeline-split``). A lighter first
-    stage needs a middle one (pp > 2): with two stages the lighter one is the last."""
+    stage needs a middle one (pp > 2): with two stages the lighter one is the last.
+
+    ``interleave`` > 1: a slot layout (slot_layouts), searched with that interleave only: the
+    pp·v virtual stages hold blocks / v each, the first one ``lighter_first`` fewer and the
+    last one blocks − last fewer. 0: any interleave that divides every stage's blocks (equal
+    chunks; the solver interleaves even layouts only)."""
 
     pp: int
     blocks: int
     last: int
     lighter_first: int = 0
+    interleave: int = 0
 
     @property
     def first(self) -> int:
@@ -37,11 +45,31 @@ class Layout:
         """Blocks on a ``stage`` ("first", "middle" or "last")."""
         return {"first": self.first, "middle": self.blocks, "last": self.last}[stage]
 
+    def chunk(self, interleave: int) -> int:
+        """The most blocks one virtual stage holds under ``interleave``."""
+        return self.blocks // interleave
+
     def stage_layers(self) -> tuple[int, ...] | None:
-        """Strategy.stage_layers: None for an even layout."""
+        """Strategy.stage_layers: None for an even layout; pp·v virtual stages for a slot
+        layout."""
         if self.even:
             return None
+        if self.interleave:
+            virtual = [self.chunk(self.interleave)] * (self.pp * self.interleave)
+            virtual[0] -= self.lighter_first
+            virtual[-1] -= self.blocks - self.last
+            return tuple(virtual)
         return (self.first,) + (self.blocks,) * (self.pp - 2) + (self.last,)
+
+    def admits(self, interleave: int) -> bool:
+        """Whether the solver pairs this layout with ``interleave``: a slot layout its own only;
+        any other every layout at v = 1, and at v > 1 an even layout of pp > 1 whose blocks
+        per stage v divides (Megatron's virtual stages split equal stages)."""
+        if self.interleave:
+            return interleave == self.interleave
+        if interleave == 1:
+            return True
+        return self.even and self.pp > 1 and self.blocks % interleave == 0
 
 
 MAX_FIRST_STAGE_SKEW = 1
@@ -75,3 +103,38 @@ def stage_layouts(layers: int, pp: int, max_skew: int | None = None) -> list[Lay
     return layouts[:1] + [
         x for x in layouts[1:] if x.blocks - x.last <= max_skew and x.lighter_first <= first_skew
     ]
+
+
+def slot_layouts(layers: int, pp: int, interleave: int, max_skew: int) -> list[Layout]:
+    """Megatron-Core's interleaved layouts with embedding and/or loss slots
+    (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split;
+    transformer_block.get_num_layers_to_build): S = layers + [embedding] + [loss] slots over
+    pp·v equal virtual stages of S/(p·v), the first one block fewer with the embedding, the
+    last with the loss (planner.specs.layouts.embedding_loss_layout), where p·v divides S
+    and every rank keeps a block; each slot counts as a stage one block lighter, within
+    stage_layouts' skews. None without a pipeline or interleaving."""
+    if pp < 2 or interleave < 2:
+        return []
+    first_skew = min(MAX_FIRST_STAGE_SKEW, max_skew)
+    layouts = []
+    for embedding, loss in ((1, 0), (0, 1), (1, 1)):
+        slots = layers + embedding + loss
+        if slots % (pp * interleave) or embedding > first_skew or loss > max_skew:
+            continue
+        per_rank = slots // pp
+        if per_rank - max(embedding, loss) >= 1 and per_rank // interleave >= max(embedding, loss):
+            layouts.append(Layout(pp, per_rank, per_rank - loss, embedding, interleave))
+    return layouts
+
+
+def slot_interleaves(
+    layers: int, pp_values: tuple[int, ...], max_interleave: int | None, max_skew: int
+) -> tuple[int, ...]:
+    """The interleaves v > 1 (at most ``max_interleave``; None: any) some slot layout of a pp
+    in ``pp_values`` uses: p·v divides the layers plus one or two slots."""
+    return tuple(
+        v
+        for v in range(2, layers + 3)
+        if v <= (max_interleave or v)
+        and any(slot_layouts(layers, p, v, max_skew) for p in pp_values)
+    )

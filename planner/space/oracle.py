@@ -26,7 +26,7 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
 from planner.cost.knobs import Knobs
 from planner.cost.step import StepTerms, evaluate_terms
-from planner.space.layouts import stage_layouts
+from planner.space.layouts import slot_interleaves, slot_layouts, stage_layouts
 from planner.space.rules import MIN_OFFLOAD_BLOCKS, divisors
 from planner.space.search_space import (
     KNOBS,
@@ -117,8 +117,20 @@ def raw_space(
         "tp_overlap": (0, 1),
         "placement": tuple(PLACEMENT_CODES.values()),
     }
+    # Megatron-Core's embedding/loss slots (structure_mask admits them with their interleave)
+    slots = slot_interleaves(model.layers, domains["pp"], max_interleave, max_stage_skew)
+    domains["interleave"] = tuple(sorted({*domains["interleave"], *slots}))
     layouts = tuple(
-        layout for p in domains["pp"] for layout in stage_layouts(model.layers, p, max_stage_skew)
+        layout
+        for p in domains["pp"]
+        for layout in [
+            *stage_layouts(model.layers, p, max_stage_skew),
+            *(
+                slot
+                for v in domains["interleave"]
+                for slot in slot_layouts(model.layers, p, v, max_stage_skew)
+            ),
+        ]
     )
     domains["layout"] = tuple(range(len(layouts)))
     largest = max((layout.last for layout in layouts), default=1)
@@ -151,7 +163,10 @@ def structure_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray
     ok &= np.isin(t, [x for x in divisors(m.heads) if m.splits_over(x)])
     n = job.global_batch // np.maximum(d * b, 1)
     even = (k["first_blocks"] == k["middle_blocks"]) & (k["middle_blocks"] == k["last_blocks"])
-    ok &= (v == 1) | ((p > 1) & even & (k["first_blocks"] % v == 0) & (n % p == 0))
+    # a slot layout is searched with its own interleave only (Layout.admits)
+    slot_v = np.array([x.interleave for x in space.layouts])[k["layout"]]
+    equal_chunks = (v == 1) | ((p > 1) & even & (k["first_blocks"] % v == 0) & (n % p == 0))
+    ok &= np.where(slot_v > 0, (v == slot_v) & (n % p == 0), equal_chunks)
     ok &= (k["placement"] == 0) | (c == 1)
     if m.is_moe:
         e = k["ep"]
@@ -246,6 +261,9 @@ def chunk_values(
     values["first_blocks"] = np.full(count, chosen.first)
     values["middle_blocks"] = np.full(count, chosen.blocks)
     values["last_blocks"] = np.full(count, chosen.last)
+    # a slot layout's largest virtual stage (Strategy.chunk_blocks); 0: blocks / v
+    chunk = chosen.chunk(chosen.interleave) if chosen.interleave else 0
+    values["chunk_blocks"] = np.full(count, chunk)
     values["dp"] = space.gpus // (tp * chosen.pp * values["cp"])
     return values
 

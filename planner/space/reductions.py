@@ -18,7 +18,6 @@ from planner.specs import (
     ModelSpec,
     SystemSpec,
 )
-from planner.specs.layouts import embedding_loss_layout
 from planner.specs.quantities import (
     DEFAULT_MAX_STAGE_SKEW,
     DEFAULT_OFFLOAD_STEP,
@@ -53,17 +52,18 @@ def _heavier_end_example(layers: int, pp_values: list[int]) -> str | None:
 
 
 def _uneven_interleave_example(layers: int, pp_values: list[int]) -> str | None:
-    """An interleaved layout with unequal virtual stages (--pipeline-model-parallel-layout,
-    which evaluate takes) as text: Megatron's embedding and loss slots where some pp·v divides
-    the layers + 2, else two virtual stages per rank split unequally; None without a pp > 1."""
-    pipelines = [p for p in pp_values if 1 < p <= layers]
-    for pp in pipelines:
-        for v in range(2, (layers + 2) // pp + 1):
-            if (layers + 2) % (pp * v) == 0:
-                slots = embedding_loss_layout(layers, pp, v, True, True)
-                return f"pp {pp}, v {v}: {slots[0]},{slots[1]},...,{slots[-2]},{slots[-1]}"
-    if pipelines and layers >= 2 * pipelines[0] + 1:
-        return f"pp {pipelines[0]}, v 2 over unequal virtual stages"
+    """An interleaved layout with unequal virtual stages that neither an even split nor
+    Megatron's embedding/loss slots give (--pipeline-model-parallel-layout, which evaluate
+    takes) as text: two virtual stages per rank, the first one block lighter and the last one
+    heavier by that block and the remainder; None without a pp > 1 with two blocks per virtual
+    stage."""
+    for pp in (p for p in pp_values if 1 < p <= layers):
+        base, remainder = divmod(layers, 2 * pp)
+        if base >= 2:
+            stages = [base] * (2 * pp)
+            stages[0] -= 1
+            stages[-1] += 1 + remainder
+            return f"pp {pp}, v 2: {stages[0]},{stages[1]},...,{stages[-2]},{stages[-1]}"
     return None
 
 
@@ -143,8 +143,9 @@ def stated_caps(
     uneven = _uneven_interleave_example(model.layers, divisors(gpus))
     if uneven and max_interleave != 1:
         caps.append(
-            "interleaving over equal stages split into equal chunks (--stage-layers in "
-            f"evaluate takes unequal virtual stages; leaves out {uneven}, …)"
+            "interleaving over equal stages split into equal chunks or over Megatron's "
+            "embedding and loss slots (--stage-layers in evaluate takes other unequal virtual "
+            f"stages; leaves out {uneven}, …)"
         )
     if model.is_moe and any(t > 2 and model.expert_width % 2 == 0 for t in divisors(gpus)):
         caps.append("expert TP equal to tp or 1 (evaluate takes any divisor of tp)")

@@ -26,7 +26,7 @@ import numpy as np
 
 import hardware_catalog
 from planner.errors import InputError
-from planner.space.layouts import Layout, stage_layouts
+from planner.space.layouts import Layout, slot_interleaves, slot_layouts, stage_layouts
 from planner.space.rules import cp_allowed, divisors
 from planner.specs import (
     OFFLOAD_KINDS,
@@ -343,10 +343,20 @@ def build_search_space(
     if calculon:  # Calculon's space (rules.calculon_violations): the rules as domains
         domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
         domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
+    if not calculon:  # Megatron-Core's embedding/loss slots need interleaves of their own
+        slots = slot_interleaves(model.layers, domains["pp"], max_interleave, max_stage_skew)
+        domains["interleave"] = tuple(sorted({*domains["interleave"], *slots}))
     layouts = tuple(
         layout
         for p in domains["pp"]
-        for layout in stage_layouts(model.layers, p, max_stage_skew)
+        for layout in [
+            *stage_layouts(model.layers, p, max_stage_skew),
+            *(
+                slot
+                for v in domains["interleave"]
+                for slot in slot_layouts(model.layers, p, v, max_stage_skew)
+            ),
+        ]
         if layout.even or not calculon
     )
     domains["layout"] = tuple(range(len(layouts)))
