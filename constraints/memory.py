@@ -10,10 +10,10 @@ f = 1 + (p−1)/(p·v) for v > 1: state + k·f·m·A_stored + min(R, k)·A_worki
 ≤ usable HBM (R: the stack's resident offload blocks). Multiplying by p·v for v > 1 makes every
 coefficient an integer; m·A_stored is one AddMultiplicationEquality. A middle stage of k blocks
 (layouts with a lighter first stage, p > 2) holds m' = min(n, p − 1) micro-batches, in the same
-form: state + k·f·m'·A_stored + min(R, k)·A_working + rebuilt + reserve. The last stage, of its own block
-count, holds one micro-batch and the logits. Partial recompute (r blocks per stage, fewer than
-the lightest stage holds) subtracts r·(A_none − A_full) per micro-batch in flight (two
-products) and adds the block a full recompute rebuilds.
+form: state + k·f·m'·A_stored + min(R, k)·A_working + rebuilt + reserve. The last stage, of its
+own block count, holds one micro-batch and the logits. Partial recompute (r blocks per stage,
+fewer than the lightest stage holds) subtracts r·(A_none − A_full) per micro-batch in flight
+(two products) and adds the block a full recompute rebuilds.
 """
 
 from __future__ import annotations
