@@ -194,3 +194,21 @@ def test_the_physical_ranges_leave_room_around_every_real_number() -> None:
     assert min(peaks) >= 100 * lim.MIN_TFLOPS
     assert min(stack.hbm_usable_fraction for stack in stacks) >= 5 * lim.MIN_USABLE_FRACTION
     assert min(stack.dp_bucket_params for stack in stacks) >= 100 * lim.MIN_DP_BUCKET_PARAMS
+
+
+def test_hopper_parts_share_the_kernel_timed_cudnn_attention_curve() -> None:
+    """H100 SXM, H200, H800 and the H100 offload node have the same 132 SMs and clocks: one
+    cuDNN curve, the kernel-timed cuDNN 9.19.1 H200 set from 2k tokens (cudnn-frontend, the
+    harness of the Blackwell curves), which rises with the sequence and stays below 1."""
+    curves = {
+        name: hardware_catalog.load_system(name).accelerator.attention_kernels["cudnn"]
+        for name in ("dgx-h100", "hgx-h200", "hgx-h800", "h100-offload-512g")
+    }
+    reference = curves["dgx-h100"]
+    assert all(curve == reference for curve in curves.values())
+    at = {p.seq_len: p for p in reference}
+    assert (at[8192].forward, at[8192].backward) == (0.651, 0.547)  # 644 / 541 of 989.4 TF
+    points = [p for p in reference if p.seq_len >= 2048]
+    pairs = zip(points, points[1:], strict=False)
+    assert all(a.forward <= b.forward and a.backward <= b.backward for a, b in pairs)
+    assert all(0 < p.backward < p.forward < 1 for p in reference)

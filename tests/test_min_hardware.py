@@ -435,15 +435,17 @@ LLAMA3_405B_60_DAYS_S = 60 * 86400 * 2048 * 8192 / 15e12
 
 
 @pytest.mark.parametrize(
-    ("model", "batch", "step_s", "plan_found"),
+    ("model", "batch", "step_s", "plan_found", "uneven"),
     [
-        ("gpt3-175b", 1536, 10.0, 704),
-        ("llama3-405b", 2048, LLAMA3_405B_60_DAYS_S, 20480),
+        ("gpt3-175b", 1536, 10.0, 704, True),
+        # 20,480 on uneven stages until the Hopper cuDNN 9.19.1 curve and megatron-core's refit;
+        # now plan finds none there and 21,504 on pp 21 (126 blocks, 6 per stage)
+        ("llama3-405b", 2048, LLAMA3_405B_60_DAYS_S, 21504, False),
     ],
     ids=["gpt3-175b-10s", "llama3-405b-60-days"],
 )
 def test_fewest_gpus_meets_the_goal_and_one_node_less_does_not(
-    model: str, batch: int, step_s: float, plan_found: int
+    model: str, batch: int, step_s: float, plan_found: int, uneven: bool
 ) -> None:
     """Issue 40: min-hardware answered 768 and 21,504 GPUs "proven" while plan met the goal on
     704 and 20,480 with uneven stage layouts. The answer is at most what plan found, plan meets
@@ -458,7 +460,7 @@ def test_fewest_gpus_meets_the_goal_and_one_node_less_does_not(
     below = plan(model, "dgx-h100", job, least - 8, target=target, diagnose=False)
     assert below.status == "infeasible"
     assert result.minimum.below_value == least - 8 and result.minimum.below_status == "infeasible"
-    assert result.minimum.strategy.stage_layers is not None  # the answers use uneven stages
+    assert (result.minimum.strategy.stage_layers is not None) == uneven  # uneven stages found
 
 
 def test_fewest_gpus_minimal_with_uneven_stages_on_a_small_model() -> None:

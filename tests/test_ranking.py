@@ -41,15 +41,17 @@ def test_ties_are_one_rank_with_their_variants_listed() -> None:
     share, dp_overlap_contention: ZeRO-2's per-micro-batch reductions now cost)."""
     job = JobSpec(global_batch=512)
     by_step = plan("gpt3-1.3b", "dgx-a100-80g", job, 8, top=3, rank_by="step")
-    by_strategy = plan("gpt3-1.3b", "dgx-a100-80g", job, 8, top=3, rank_by="strategy")
     first = by_step.alternatives[0]
     assert first.tied >= 1 and first.variants
     assert all(v.step_time_s == pytest.approx(first.step_time_s, rel=1e-4) for v in first.variants)
     assert by_step.alternatives[1].step_time_s > first.step_time_s * (1 + 1e-4)
-    # the old behaviour, still reachable: every strategy its own rank, the tied two first
+    # the old behaviour, still reachable: every strategy its own rank, the tied ones first (the
+    # optimum and its variants: with cp 2 the KV exchange hides under the attention too)
+    tied = first.tied + 1
+    by_strategy = plan("gpt3-1.3b", "dgx-a100-80g", job, 8, top=tied + 1, rank_by="strategy")
     steps = [a.step_time_s for a in by_strategy.alternatives]
-    assert steps[:2] == pytest.approx([steps[0]] * 2, rel=1e-6)
-    assert steps[2] > steps[0] * (1 + 1e-4)
+    assert steps[:tied] == pytest.approx([steps[0]] * tied, rel=1e-6)
+    assert steps[tied] > steps[0] * (1 + 1e-4)
 
 
 def test_ranks_by_structure_differ_in_structure() -> None:
