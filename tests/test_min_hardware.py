@@ -438,9 +438,9 @@ LLAMA3_405B_60_DAYS_S = 60 * 86400 * 2048 * 8192 / 15e12
     ("model", "batch", "step_s", "plan_found", "uneven"),
     [
         ("gpt3-175b", 1536, 10.0, 704, True),
-        # 20,480 on uneven stages until the Hopper cuDNN 9.19.1 curve and megatron-core's refit;
-        # now plan finds none there and 21,504 on pp 21 (126 blocks, 6 per stage)
-        ("llama3-405b", 2048, LLAMA3_405B_60_DAYS_S, 21504, False),
+        # 20,480 on uneven stages, then 21,504 on pp 21 after the Hopper cuDNN 9.19.1 curve;
+        # 16,384 since plan searches Megatron's embedding and loss slots (pp 16, v 8)
+        ("llama3-405b", 2048, LLAMA3_405B_60_DAYS_S, 16384, True),
     ],
     ids=["gpt3-175b-10s", "llama3-405b-60-days"],
 )

@@ -24,7 +24,7 @@ from planner.cost.memory import memory_floor_gpus
 from planner.queries.hardware_query import HardwareQuery
 from planner.queries.plan import Plan
 from planner.queries.solving import SOLVED, decode, solve_within
-from planner.space.layouts import stage_layouts
+from planner.space.layouts import searched_layouts, slot_interleaves, stage_layouts
 from planner.space.search_space import SearchSpace, build_search_space
 from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW
 
@@ -118,22 +118,31 @@ class Refutations:
         return f"multiples of {self.multiple} below {answer:,}: " + ", ".join(parts)
 
 
-def with_every_pp(space: SearchSpace, layers: int, top: int) -> SearchSpace:
+def with_every_pp(
+    space: SearchSpace, layers: int, top: int, max_interleave: int | None, slots: bool
+) -> SearchSpace:
     """A free-count space with pp over every value up to min(layers, ``top``) that has a stage
     layout, as plan's space at a fixed count has (its pp: the count's divisors up to the
     layers, uneven layouts included), not only the divisors of the layers that
     build_search_space gives a free count (least cost missed uneven layouts: 3.72 against
     plan's 2.79 USD on a 5-layer model, 16 GPUs, pp 2 with 3,2 blocks). The layouts follow as
-    build_search_space makes them (default stage skew); partial recompute's domain is unchanged
-    (pp = 1 already holds the most blocks a stage can)."""
+    build_search_space makes them (default stage skew; with ``slots``, Megatron's embedding and
+    loss slots and their interleaves up to ``max_interleave``); partial recompute's domain is
+    unchanged (pp = 1 already holds the most blocks a stage can)."""
     pps = {p for p in range(1, min(layers, top) + 1) if stage_layouts(layers, p)}
     pps |= set(space.domains["pp"])  # a pinned pp stays
-    layouts = tuple(
-        layout for p in sorted(pps) for layout in stage_layouts(layers, p, DEFAULT_MAX_STAGE_SKEW)
+    pp_values = tuple(sorted(pps))
+    interleaves = space.domains["interleave"]
+    if slots:
+        extra = slot_interleaves(layers, pp_values, max_interleave, DEFAULT_MAX_STAGE_SKEW)
+        interleaves = tuple(sorted({*interleaves, *extra}))
+    layouts = searched_layouts(
+        layers, pp_values, interleaves if slots else (), DEFAULT_MAX_STAGE_SKEW
     )
     domains = {
         **space.domains,
-        "pp": tuple(sorted(pps)),
+        "pp": pp_values,
+        "interleave": interleaves,
         "layout": tuple(range(len(layouts))),
     }
     return replace(space, domains=domains, layouts=layouts)
@@ -277,7 +286,13 @@ class LeastCost(HardwareQuery):
         objective does not divide by the goodput (which falls with the count): the cost with
         failures is reported (training.effective_cost_usd), not minimised."""
         bound = self.gpu_bound()
-        space = with_every_pp(self.free_space(bound), self.model.layers, bound)
+        space = with_every_pp(
+            self.free_space(bound),
+            self.model.layers,
+            bound,
+            self.limits["max_interleave"],
+            slots=not self.ctx.calculon,
+        )
         built = build_plan_model(
             self.ctx, space, target=self.loosest_target(), exact_exposure=False
         )

@@ -90,12 +90,15 @@ def stage_layouts(layers: int, pp: int, max_skew: int | None = None) -> list[Lay
     stage holds in flight (p of them under 1F1B); pp need not divide the layers."""
     if pp == 1:
         return [Layout(1, layers, layers)]
+    # the first and the last keep a block: (p − 1)·blocks < L, or with a lighter first
+    # (p > 2) (p − 2)·blocks ≤ L − 2
+    most = (layers - 1) // (pp - 1) if pp == 2 else (layers - 2) // (pp - 2)
     layouts = [
         Layout(pp, blocks, last, lighter)
-        for blocks in range(-(-layers // pp), (layers - 1) // (pp - 1) + 1)
+        for blocks in range(-(-layers // pp), most + 1)
         for lighter in range(blocks if pp > 2 else 1)
         for last in (layers - (pp - 1) * blocks + lighter,)
-        if last <= blocks
+        if 1 <= last <= blocks
     ]
     if max_skew is None:
         return layouts
@@ -137,4 +140,19 @@ def slot_interleaves(
         for v in range(2, layers + 3)
         if v <= (max_interleave or v)
         and any(slot_layouts(layers, p, v, max_skew) for p in pp_values)
+    )
+
+
+def searched_layouts(
+    layers: int, pp_values: tuple[int, ...], interleaves: tuple[int, ...], max_skew: int
+) -> tuple[Layout, ...]:
+    """The layouts a space indexes: per pp, stage_layouts within the skew, then the slot
+    layouts of each interleave v > 1 in ``interleaves``."""
+    return tuple(
+        layout
+        for p in pp_values
+        for layout in [
+            *stage_layouts(layers, p, max_skew),
+            *(slot for v in interleaves for slot in slot_layouts(layers, p, v, max_skew)),
+        ]
     )

@@ -26,7 +26,7 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
 from planner.cost.knobs import Knobs
 from planner.cost.step import StepTerms, evaluate_terms
-from planner.space.layouts import slot_interleaves, slot_layouts, stage_layouts
+from planner.space.layouts import searched_layouts, slot_interleaves
 from planner.space.rules import MIN_OFFLOAD_BLOCKS, divisors
 from planner.space.search_space import (
     KNOBS,
@@ -120,18 +120,7 @@ def raw_space(
     # Megatron-Core's embedding/loss slots (structure_mask admits them with their interleave)
     slots = slot_interleaves(model.layers, domains["pp"], max_interleave, max_stage_skew)
     domains["interleave"] = tuple(sorted({*domains["interleave"], *slots}))
-    layouts = tuple(
-        layout
-        for p in domains["pp"]
-        for layout in [
-            *stage_layouts(model.layers, p, max_stage_skew),
-            *(
-                slot
-                for v in domains["interleave"]
-                for slot in slot_layouts(model.layers, p, v, max_stage_skew)
-            ),
-        ]
-    )
+    layouts = searched_layouts(model.layers, domains["pp"], domains["interleave"], max_stage_skew)
     domains["layout"] = tuple(range(len(layouts)))
     largest = max((layout.last for layout in layouts), default=1)
     # A recompute pin without a recompute_layers pin means every block (or none) recomputed.

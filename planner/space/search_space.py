@@ -26,7 +26,7 @@ import numpy as np
 
 import hardware_catalog
 from planner.errors import InputError
-from planner.space.layouts import Layout, slot_interleaves, slot_layouts, stage_layouts
+from planner.space.layouts import Layout, searched_layouts, slot_interleaves, stage_layouts
 from planner.space.rules import cp_allowed, divisors
 from planner.specs import (
     OFFLOAD_KINDS,
@@ -348,15 +348,9 @@ def build_search_space(
         domains["interleave"] = tuple(sorted({*domains["interleave"], *slots}))
     layouts = tuple(
         layout
-        for p in domains["pp"]
-        for layout in [
-            *stage_layouts(model.layers, p, max_stage_skew),
-            *(
-                slot
-                for v in domains["interleave"]
-                for slot in slot_layouts(model.layers, p, v, max_stage_skew)
-            ),
-        ]
+        for layout in searched_layouts(
+            model.layers, domains["pp"], domains["interleave"], max_stage_skew
+        )
         if layout.even or not calculon
     )
     domains["layout"] = tuple(range(len(layouts)))
