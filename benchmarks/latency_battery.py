@@ -9,7 +9,8 @@ Each instance draws, from a seeded generator: a model (a catalog model, or a cus
 (a catalog system with its efficiencies, bandwidths and capacities perturbed, sometimes with an
 offload tier added), a GPU count (8 to 65,536, powers of two and three-times-powers), a global
 batch (64 to 65,536), a sequence (2k to 128k: context parallelism up to s/1024 is searched),
-precision (bf16, or fp8 where the accelerator has it), gradient dtype (fp32/bf16) and software
+precision (a catalog recipe the accelerator runs: bf16, the fp8 recipes, MXFP8/NVFP4 on
+block-scaling parts), gradient dtype (fp32/bf16) and software
 stack (any catalog profile). Inputs that fail validation are redrawn. Each is planned once
 with plan() (diagnose=False), followed by the 96 questions of the multi-trillion study
 (study_instances), and the battery prints the share proven (optimal, or infeasible: a proof too),
@@ -142,6 +143,19 @@ def random_system(rng: random.Random) -> SystemSpec:
     )
 
 
+def precisions(system: SystemSpec) -> list[str]:
+    """The catalog's precision recipes the accelerator runs: its GEMM format has a peak, and
+    block scaling (MXFP8, NVFP4) where the recipe needs it."""
+    accelerator = system.accelerator
+    return [
+        name
+        for name in hardware_catalog.precision_names()
+        for recipe in (hardware_catalog.load_precision(name),)
+        if recipe.gemm_format in accelerator.peak_tflops
+        and (accelerator.block_scaling or not recipe.needs_block_scaling)
+    ]
+
+
 def random_instance(rng: random.Random) -> Instance:
     while True:
         model, system = random_model(rng), random_system(rng)
@@ -151,7 +165,7 @@ def random_instance(rng: random.Random) -> Instance:
         job = JobSpec(
             global_batch=rng.choice([1, 3]) * 2 ** rng.randint(6, 16),
             seq_len=2 ** rng.randint(11, 17),
-            precision=rng.choice(sorted(system.accelerator.peak_tflops)),
+            precision=rng.choice(precisions(system)),
             grad_dtype=rng.choice(["fp32", "bf16"]),
             stack=rng.choice(hardware_catalog.stack_names()),
         )
