@@ -498,3 +498,23 @@ def test_a_slot_layouts_objective_is_its_evaluation(stack: str, interleave: int)
     assert result.solver.objective_step_s == pytest.approx(result.estimate.step_time_s, rel=1e-3)
     space = raw_space(model, system, job, 4, pins=pins)
     assert_proves_oracle_optimum(result, CostContext(model, system, job), space, REL)
+
+
+def test_a_pinned_slot_interleave_beyond_the_cap_is_in_the_raw_space() -> None:
+    """interleave 8 pinned with max_interleave 4 on 30 blocks over pp 4: only Megatron's
+    embedding and loss slots admit it (30 + 2 = 32 one-block virtual stages). plan keeps a
+    pinned value beyond its cap (build_search_space adds the pins before it makes the
+    layouts), and so does the raw oracle: it had added the pin after its layouts, so its
+    space held no layout of v = 8 and called the problem infeasible."""
+    model = ModelSpec(name="t30", hidden=2048, layers=30, heads=16, ffn_hidden=8192, vocab=256000)
+    job = JobSpec(global_batch=4, seq_len=2048)
+    system = simple_system(
+        network_tiers=[
+            dict(name="nvlink", domain_gpus=8, bandwidth_gbps=450, latency_us=3, efficiency=0.8)
+        ]
+    )
+    pins = {"pp": 4, "tp": 1, "interleave": 8, "micro_batch": 1}
+    result = plan(model, system, job, 4, pins=pins, max_interleave=4)
+    assert result.strategy.stage_layers == embedding_loss_layout(30, 4, 8, True, True)
+    space = raw_space(model, system, job, 4, pins=pins, max_interleave=4)
+    assert_proves_oracle_optimum(result, CostContext(model, system, job), space, REL)

@@ -117,6 +117,11 @@ def raw_space(
         "tp_overlap": (0, 1),
         "placement": tuple(PLACEMENT_CODES.values()),
     }
+    # Pinned values join the domains before the layouts are made, so that a pinned interleave
+    # beyond max_interleave has its slot layouts, as in build_search_space.
+    for name, value in pins.items():
+        if name in domains and not name.startswith("offload") and value not in domains[name]:
+            domains[name] = tuple(sorted({*domains[name], value}))
     # Megatron-Core's embedding/loss slots (structure_mask admits them with their interleave)
     slots = slot_interleaves(model.layers, domains["pp"], max_interleave, max_stage_skew)
     domains["interleave"] = tuple(sorted({*domains["interleave"], *slots}))
@@ -126,9 +131,10 @@ def raw_space(
     # A recompute pin without a recompute_layers pin means every block (or none) recomputed.
     pinned_whole = "recompute" in pins and "recompute_layers" not in pins
     domains["recompute_layers"] = (0,) if pinned_whole else tuple(range(largest))
-    for name, value in pins.items():
-        if name in domains and not name.startswith("offload") and value not in domains[name]:
-            domains[name] = tuple(sorted({*domains[name], value}))
+    if "recompute_layers" in pins:
+        domains["recompute_layers"] = tuple(
+            sorted({*domains["recompute_layers"], pins["recompute_layers"]})
+        )
     return SearchSpace(
         gpus=gpus,
         layers=model.layers,
