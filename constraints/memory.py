@@ -78,16 +78,20 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             lighter = layout.lightest - 1
             m.Add(saved_in_flight <= lighter * stored_in_flight).OnlyEnforceIf(chosen)
             m.Add(saved <= lighter * stored).OnlyEnforceIf(chosen)
-    for literals, scale, act_coef, layout in _first_stage_cases(variables):
-        work_coef = scale * min(resident, layout.first)
-        m.Add(
-            scale * (state_first + rebuilt + partial_rebuilt)
-            + act_coef * stored_in_flight
-            - (act_coef // layout.first) * saved_in_flight
-            + work_coef * working
-            <= scale * (hbm_need - reserve)
-        ).OnlyEnforceIf(literals)
-    middles = list(_middle_stage_cases(variables))
+
+    def fit_held(cases, state, stored_held, saved_held) -> None:
+        """The HBM rows of a stage that holds micro-batches in flight (the first, the middle)."""
+        for literals, scale, act_coef, k in cases:
+            m.Add(
+                scale * (state + rebuilt + partial_rebuilt)
+                + act_coef * stored_held
+                - (act_coef // k) * saved_held
+                + scale * min(resident, k) * working
+                <= scale * (hbm_need - reserve)
+            ).OnlyEnforceIf(literals)
+
+    fit_held(_stage_cases(variables, "first"), state_first, stored_in_flight, saved_in_flight)
+    middles = list(_stage_cases(variables, "middle"))
     if middles:
         state_middle, off_middle = tables.state("middle")
         middle_in_flight = variables.new_int("middle_in_flight", max(variables.domains["pp"]))
@@ -98,15 +102,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
             if variables.partial_recompute
             else 0
         )
-        for literals, scale, act_coef, layout in middles:
-            k = layout.blocks
-            m.Add(
-                scale * (state_middle + rebuilt + partial_rebuilt)
-                + act_coef * stored_middle
-                - (act_coef // k) * saved_middle
-                + scale * min(resident, k) * working
-                <= scale * (hbm_need - reserve)
-            ).OnlyEnforceIf(literals)
+        fit_held(middles, state_middle, stored_middle, saved_middle)
     for layout, chosen in zip(variables.space.layouts, variables.onehot["layout"], strict=True):
         k = layout.last
         m.Add(
@@ -129,7 +125,7 @@ def add_memory_fit(variables: Variables, tables: TableBuilder) -> MemoryNeeds:
         act_in_flight = product(f"tier{tier}_in_flight", act)
         capacity = math.floor(spec.capacity_gib * (1 << 30) / unit)
         tier_need = need(f"offload{tier}_need", f"offload{tier}", capacity)
-        for literals, scale, act_coef, _ in _first_stage_cases(variables):
+        for literals, scale, act_coef, _ in _stage_cases(variables, "first"):
             m.Add(
                 scale * off_first[tier - 1] + act_coef * act_in_flight <= scale * tier_need
             ).OnlyEnforceIf(literals)
@@ -175,26 +171,16 @@ def _product(
     return result
 
 
-def _middle_stage_cases(variables: Variables):
-    """(literals, scale, activation coefficient, layout) per (layout, interleave) whose middle
-    stages the first does not bound (a lighter first stage with p > 2), as _first_stage_cases
-    with the middle stages' blocks."""
+def _stage_cases(variables: Variables, stage: str):
+    """(literals, scale, activation coefficient, blocks k) per (layout, interleave) for the
+    first stage, or the middle stages where the first does not bound them (a lighter first
+    stage with p > 2): the stage's inequality multiplied by ``scale`` (p·v with interleaving,
+    else 1), its in-flight activations by k·(p·v + p − 1) (k without interleaving)."""
     for layout, v, literals in variables.layout_interleaves():
-        if layout.pp > 2 and layout.lighter_first:
-            p, k = layout.pp, layout.blocks
-            if v == 1:
-                yield literals, 1, k, layout
-            else:
-                yield literals, p * v, k * (p * v + p - 1), layout
-
-
-def _first_stage_cases(variables: Variables):
-    """(literals, scale, activation coefficient, layout) per (layout, interleave): the first
-    stage's inequality multiplied by ``scale`` (p·v with interleaving, else 1), its in-flight
-    activations by k·(p·v + p − 1) (k without interleaving)."""
-    for layout, v, literals in variables.layout_interleaves():
-        p, k = layout.pp, layout.first
+        if stage == "middle" and not (layout.pp > 2 and layout.lighter_first):
+            continue
+        p, k = layout.pp, layout.stage_blocks(stage)
         if v == 1:
-            yield literals, 1, k, layout
+            yield literals, 1, k, k
         else:
-            yield literals, p * v, k * (p * v + p - 1), layout
+            yield literals, p * v, k * (p * v + p - 1), k

@@ -16,7 +16,7 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.knobs import Knobs
 from planner.cost.step import evaluate_terms
 from planner.queries.diagnosis_session import CHECK_WORK_UNITS, Least, Session
-from planner.space.layouts import slot_layouts, stage_layouts
+from planner.space.layouts import searched_layouts, stage_layouts
 from planner.space.rules import cp_values, divisors
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
@@ -34,10 +34,9 @@ class Conflict(BaseModel):
 
 
 def _interleaves(layers: int, pp: int, v: int) -> bool:
-    """Whether a layout the solver searches splits ``layers`` over pp stages into v chunks
-    each (an even one, or one with embedding/loss slots: planner.space.layouts)."""
-    even = layers % pp == 0 and (layers // pp) % v == 0
-    return even or bool(slot_layouts(layers, pp, v, max_skew=1))
+    """Whether a layout the solver searches on pp stages admits the interleave v (an even
+    one, or one with embedding/loss slots: planner.space.layouts, Layout.admits)."""
+    return any(layout.admits(v) for layout in searched_layouts(layers, (pp,), (v,), max_skew=1))
 
 
 def pin_conflicts(

@@ -24,7 +24,7 @@ from planner.cost.memory import memory_floor_gpus
 from planner.queries.hardware_query import HardwareQuery
 from planner.queries.plan import Plan
 from planner.queries.solving import SOLVED, decode, solve_within
-from planner.space.layouts import searched_layouts, slot_interleaves, stage_layouts
+from planner.space.layouts import searched_layouts, stage_layouts, with_slot_interleaves
 from planner.space.search_space import SearchSpace, build_search_space
 from planner.specs.quantities import DEFAULT_MAX_STAGE_SKEW
 
@@ -134,8 +134,9 @@ def with_every_pp(
     pp_values = tuple(sorted(pps))
     interleaves = space.domains["interleave"]
     if slots:
-        extra = slot_interleaves(layers, pp_values, max_interleave, DEFAULT_MAX_STAGE_SKEW)
-        interleaves = tuple(sorted({*interleaves, *extra}))
+        interleaves = with_slot_interleaves(
+            interleaves, layers, pp_values, max_interleave, DEFAULT_MAX_STAGE_SKEW
+        )
     layouts = searched_layouts(
         layers, pp_values, interleaves if slots else (), DEFAULT_MAX_STAGE_SKEW
     )

@@ -130,17 +130,23 @@ def slot_layouts(layers: int, pp: int, interleave: int, max_skew: int) -> list[L
     return layouts
 
 
-def slot_interleaves(
-    layers: int, pp_values: tuple[int, ...], max_interleave: int | None, max_skew: int
+def with_slot_interleaves(
+    interleaves: tuple[int, ...],
+    layers: int,
+    pp_values: tuple[int, ...],
+    max_interleave: int | None,
+    max_skew: int,
 ) -> tuple[int, ...]:
-    """The interleaves v > 1 (at most ``max_interleave``; None: any) some slot layout of a pp
-    in ``pp_values`` uses: p·v divides the layers plus one or two slots."""
-    return tuple(
+    """``interleaves`` and the interleaves v > 1 (at most ``max_interleave``; None: any) some
+    slot layout of a pp in ``pp_values`` uses (p·v divides the layers plus one or two slots),
+    in increasing order."""
+    slots = {
         v
         for v in range(2, layers + 3)
         if v <= (max_interleave or v)
         and any(slot_layouts(layers, p, v, max_skew) for p in pp_values)
-    )
+    }
+    return tuple(sorted({*interleaves, *slots}))
 
 
 def searched_layouts(

@@ -26,7 +26,7 @@ from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_tp_size
 from planner.cost.knobs import Knobs
 from planner.cost.step import StepTerms, evaluate_terms
-from planner.space.layouts import searched_layouts, slot_interleaves
+from planner.space.layouts import searched_layouts, with_slot_interleaves
 from planner.space.rules import MIN_OFFLOAD_BLOCKS, divisors
 from planner.space.search_space import (
     KNOBS,
@@ -123,8 +123,9 @@ def raw_space(
         if name in domains and not name.startswith("offload") and value not in domains[name]:
             domains[name] = tuple(sorted({*domains[name], value}))
     # Megatron-Core's embedding/loss slots (structure_mask admits them with their interleave)
-    slots = slot_interleaves(model.layers, domains["pp"], max_interleave, max_stage_skew)
-    domains["interleave"] = tuple(sorted({*domains["interleave"], *slots}))
+    domains["interleave"] = with_slot_interleaves(
+        domains["interleave"], model.layers, domains["pp"], max_interleave, max_stage_skew
+    )
     layouts = searched_layouts(model.layers, domains["pp"], domains["interleave"], max_stage_skew)
     domains["layout"] = tuple(range(len(layouts)))
     largest = max((layout.last for layout in layouts), default=1)

@@ -26,7 +26,7 @@ import numpy as np
 
 import hardware_catalog
 from planner.errors import InputError
-from planner.space.layouts import Layout, searched_layouts, slot_interleaves, stage_layouts
+from planner.space.layouts import Layout, searched_layouts, stage_layouts, with_slot_interleaves
 from planner.space.rules import cp_allowed, divisors
 from planner.specs import (
     OFFLOAD_KINDS,
@@ -344,8 +344,9 @@ def build_search_space(
         domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
         domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
     if not calculon:  # Megatron-Core's embedding/loss slots need interleaves of their own
-        slots = slot_interleaves(model.layers, domains["pp"], max_interleave, max_stage_skew)
-        domains["interleave"] = tuple(sorted({*domains["interleave"], *slots}))
+        domains["interleave"] = with_slot_interleaves(
+            domains["interleave"], model.layers, domains["pp"], max_interleave, max_stage_skew
+        )
     layouts = tuple(
         layout
         for layout in searched_layouts(
