@@ -6,8 +6,11 @@ head and M one PP message per micro-batch, and n·U, n·H, n·M their per-step t
 (n = B/(d·b) micro-batches), a stage of k blocks (h = 1 on the last stage, which runs the head)
 bounds the pipeline:
 
-    pipeline ≥ (n + (p−1)/v)·T,   T = k·U + h·H + [p>1]·2v·M
-    v·pipeline ≥ v·k·(n·U) + v·h·(n·H) + [p>1]·2v²·(n·M) + (p−1)·(k·U + h·H + [p>1]·2v·M)
+    pipeline ≥ (n + (p−1)/v)·T,   T = k·U + h·H + [p>1]·x·v·M
+    v·pipeline ≥ v·k·(n·U) + v·h·(n·H) + [p>1]·x·v²·(n·M) + (p−1)·(k·U + h·H + [p>1]·x·v·M)
+
+with x the stage's transfers per micro-batch and chunk (parallel_comm.pp_transfers: 2, or 4 on
+a middle stage of a stack that runs them one after another).
 
 Where the stack overlaps P2P with compute (v > 1), 2v·M becomes its excess over the passes,
 E = max(0, v·M − F) + max(0, v·M − B), and 2v·(n·M) likewise n·E (_pp_overlapped).
@@ -35,6 +38,7 @@ from constraints.grid import PerBlock
 from constraints.tables import TableBuilder
 from constraints.variables import INT_LIMIT, Variables, linear, pair_maximum, upper
 from planner.cost.interleave import fill_drain_hops
+from planner.cost.parallel_comm import pp_transfers
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,22 @@ def add_step_time(
     bounds = []
     for layout, v, literals in variables.layout_interleaves():
         shown = None if hidden_p2p and v > 1 else message
-        for stage, with_head in _timed_stages(layout):
+        for stage, with_head in _timed_stages(layout, tables.ctx.stack.pp_serial_transfers):
             blocks = layout.stage_blocks(stage)
             scale, bubble = _bubble_coefficients(layout, v, blocks)
+            transfers = pp_transfers(tables.ctx, stage)
             terms = _pipeline_terms(
-                layout.pp, v, scale, bubble, blocks, per_block, partial, head, shown, with_head
+                layout.pp,
+                v,
+                scale,
+                bubble,
+                blocks,
+                per_block,
+                partial,
+                head,
+                shown,
+                with_head,
+                transfers,
             )
             if shown is None and layout.pp > 1:  # v > 1 with overlapped P2P
                 once, per_step = hidden_p2p[stage]
@@ -92,7 +107,7 @@ def add_step_time(
         # the per-step block work, k·n·U ≥ (L/p)·n·U = L·(φ·U), does not depend on p.
         m.Add(pipeline >= layers * sum(x.per_step for x in per_block))
 
-    overlap = variables.onehot["dp_overlap"][1] if 1 in variables.domains["dp_overlap"] else None
+    overlap = _dp_overlap_literal(variables, tables)
     micro_batches = variables.micro_batch_count()
     window_step = [(1, compute.per_step, compute.pp_power)]
     window_step += [(1, o.per_step, o.pp_power) for o in offload]
@@ -316,14 +331,35 @@ def _interleave_terms(
     return [(coef, var) for coef, var in terms if coef]
 
 
-def _timed_stages(layout) -> list[tuple[str, bool]]:
+def _dp_overlap_literal(variables: Variables, tables: TableBuilder) -> cp_model.IntVar | None:
+    """The literal of DP traffic overlapping compute (step.dp_overlap_on): the dp_overlap knob,
+    and, where the stack does not overlap the sharded optimizer's traffic
+    (StackProfile.sharded_dp_overlap), not ZeRO-1 or ZeRO-2. None where it never holds."""
+    if 1 not in variables.domains["dp_overlap"]:
+        return None
+    knob = variables.onehot["dp_overlap"][1]
+    zero_stages = variables.domains["zero_stage"]
+    sharded = [
+        variables.onehot["zero_stage"][zero_stages.index(z)] for z in (1, 2) if z in zero_stages
+    ]
+    if tables.ctx.stack.sharded_dp_overlap or not sharded:
+        return knob
+    on = variables.model.NewBoolVar("dp_overlap_effective")
+    variables.model.AddBoolAnd([knob, *(z.Not() for z in sharded)]).OnlyEnforceIf(on)
+    variables.model.AddBoolOr([knob.Not(), *sharded, on])
+    return on
+
+
+def _timed_stages(layout, serial_transfers: bool = False) -> list[tuple[str, bool]]:
     """The stages whose timelines bound the pipeline, with whether each runs the LM head: the
-    last, and the middle stages where they hold more blocks than the first; the first unless
-    the middle ones bound it (more blocks at the same bubble share: a lighter first stage
-    without slots). Where the first holds as many as the middle ones it stands for them."""
+    last, and the middle stages where they hold more blocks than the first or where the stack
+    runs their four transfers one after another (parallel_comm.pp_transfers: twice the
+    first's); the first unless the middle ones bound it (more blocks at the same bubble share:
+    a lighter first stage without slots). Where the first holds as many as the middle ones
+    and sends as much it stands for them."""
     stages = [("last", True)]
     lighter_first = layout.pp > 2 and layout.first < layout.blocks
-    if lighter_first:
+    if lighter_first or (serial_transfers and layout.pp > 2):
         stages.append(("middle", False))
     if not lighter_first or layout.interleave:
         stages.append(("first", False))
@@ -354,11 +390,12 @@ def _pipeline_terms(
     head: PerBlock,
     message: PerBlock | None,
     with_head: bool,
+    transfers: int = 2,
 ) -> list[tuple[int, cp_model.IntVar]]:
     """scale × the pipeline bound of a stage of ``blocks`` blocks, scale·n·T + bubble·T
     (_bubble_coefficients; the module docstring's with scale v and bubble p − 1);
     ``per_stage``: stage totals (partial recompute's); ``message`` None: the stack hides the
-    stage-to-stage messages, else 2·v of them in T."""
+    stage-to-stage messages, else ``transfers``·v of them in T (parallel_comm.pp_transfers)."""
     terms = [(scale * blocks * p**x.pp_power, x.per_step) for x in per_block]
     terms += [(bubble * blocks, x.once) for x in per_block]
     terms += [(scale * p**x.pp_power, x.per_step) for x in per_stage]
@@ -367,8 +404,8 @@ def _pipeline_terms(
         terms += [(scale * p**head.pp_power, head.per_step), (bubble, head.once)]
     if p > 1 and message is not None:
         terms += [
-            (2 * v * scale * p**message.pp_power, message.per_step),
-            (2 * v * bubble, message.once),
+            (transfers * v * scale * p**message.pp_power, message.per_step),
+            (transfers * v * bubble, message.once),
         ]
     return [(coef, var) for coef, var in terms if coef]
 

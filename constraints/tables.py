@@ -420,33 +420,39 @@ class TableBuilder:
         )
 
     def pp_message(self) -> PerBlock:
-        """One stage-to-stage message per micro-batch; its tier follows the pipeline's span
+        """One stage-to-stage transfer per micro-batch; its tier follows the pipeline's span
         (step.group_spans: t·c·p·d, the fixed GPU count, in the default rank order), a table
         over pp and dp when the GPU count is free or the placement is searched or fixed at
-        TP, PP, DP (the axonn stack's)."""
+        TP, PP, DP (the axonn stack's); over sequence parallelism too where the stack does not
+        scatter the activations over TP (parallel_comm.pp_message_s)."""
         default_order = self.variables.domains["placement"] == (0,)
+        sp_axes = () if self.ctx.stack.pp_scatter_gather else ("sequence_parallel",)
+
+        def sp(g: Grid) -> np.ndarray | bool:
+            return g["sequence_parallel"] if sp_axes else True
+
         if not self.free_gpus and default_order:
             gpus = self.variables.space.gpus
             return self.per_block(
                 "pp_message",
-                ("tp", "cp", "micro_batch"),
-                lambda ctx, g: pp_message_s(ctx, g["tp"], g["micro_batch"], gpus, g["cp"]),
+                ("tp", "cp", "micro_batch", *sp_axes),
+                lambda ctx, g: pp_message_s(ctx, g["tp"], g["micro_batch"], gpus, g["cp"], sp(g)),
                 affected=("scale_out_bw",),
             )
 
         def message(ctx: CostContext, g: Grid) -> np.ndarray:
             dp = self.data_parallel(g)
             span = group_spans(g["tp"], g["cp"], g["pp"], dp, self.placement(g))[1]
-            return pp_message_s(ctx, g["tp"], g["micro_batch"], span, g["cp"])
+            return pp_message_s(ctx, g["tp"], g["micro_batch"], span, g["cp"], sp(g))
 
         if not self.free_gpus:
             return self.per_block(
                 "pp_message",
-                ("tp", "cp", "micro_batch", "pp", *self.placement_axes),
+                ("tp", "cp", "micro_batch", *sp_axes, "pp", *self.placement_axes),
                 message,
                 affected=("scale_out_bw",),
             )
-        knobs = ("tp", "cp", "micro_batch", "pp", "dp", *self.placement_axes)
+        knobs = ("tp", "cp", "micro_batch", *sp_axes, "pp", "dp", *self.placement_axes)
         grid, once = self.evaluate(knobs, message, ("scale_out_bw",))
         return PerBlock(
             once=self.time("pp_message", grid, once),
@@ -466,9 +472,10 @@ class TableBuilder:
     def dp_comm(self, stage: str) -> DpCommVariables:
         """A stage's DP communication (step.DpCommTimes): the transfers after the backward,
         before the forward and per micro-batch, and the ring latencies per step and per
-        micro-batch. The latencies do not depend on the bandwidth, so a scale-out bandwidth
-        query tabulates only the transfers over its levels (gpt3-175b on 1,024 H100s over 81
-        levels needed more than planner's 10^6 table entries with the latencies too)."""
+        micro-batch. The latencies do not depend on the bandwidth (the DP collectives run
+        NCCL's Simple protocol: parallel_comm.SIMPLE), so a scale-out bandwidth query
+        tabulates only the transfers over its levels (gpt3-175b on 1,024 H100s over 81 levels
+        needed more than planner's 10^6 table entries with the latencies too)."""
         # recompute moves DP traffic only where full recompute gathers ZeRO-3's weights again
         regather = not self.ctx.calculon and regathers_under_recompute(self.ctx.stack)
         recompute = ("recompute",) if regather else ()

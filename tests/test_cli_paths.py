@@ -49,6 +49,13 @@ CASES: dict[str, tuple[list[str], int, tuple[str, ...]]] = {
         ("status",),
     ),
     "validate bad": (["validate", "--dataset", "no-such-file.yaml"], BAD, ()),
+    "validate network ok": (["validate", "--network"], OK, ("curves", "modelled", "left_out")),
+    "validate network bad": (["validate", "--network", "--dataset", "no-such.yaml"], BAD, ()),
+    "validate network with cross-validate": (
+        ["validate", "--network", "--cross-validate"],
+        BAD,
+        (),
+    ),
     "calibrate bad": (["calibrate", "--system", "dgx-h100", "--free", "nonsense"], BAD, ()),
 }
 

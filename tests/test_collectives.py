@@ -54,10 +54,11 @@ def test_one_domain_and_one_gpu_per_domain_give_the_one_tier_ring() -> None:
     nbytes = 3e9
     # 8 ranks inside one 8-GPU domain: NVLink rate, (g − 1)·α_0.
     inside = network.reduce_scatter_s(ctx, 8, 8, nbytes)
-    assert inside == pytest.approx(7 / 8 * nbytes / beta0 + 7 * 3e-6)
+    base = network.RING_BASE_LATENCY_S
+    assert inside == pytest.approx(7 / 8 * nbytes / beta0 + 7 * 3e-6 + base)
     # 16 ranks one per node (stride 8, tp = 8): each rank owns one NIC, (g − 1)·α_1.
     spread = network.reduce_scatter_s(ctx, 16, 128, nbytes)
-    assert spread == pytest.approx(15 / 16 * nbytes / beta1 + 15 * 5e-6)
+    assert spread == pytest.approx(15 / 16 * nbytes / beta1 + 15 * 5e-6 + base)
     # A single rank moves nothing.
     assert network.reduce_scatter_s(ctx, 1, 8, nbytes) == 0.0
 
@@ -72,9 +73,10 @@ def test_a_ring_over_several_domains_uses_every_members_nic() -> None:
     beta1 = ib.bandwidth_gbps * 1e9 * ib.efficiency
     nbytes = 2e9
     got = network.reduce_scatter_s(ctx, 64, 64, nbytes)
-    assert got == pytest.approx(63 / 64 * nbytes / min(beta0, 8 * beta1) + 63 * 5e-6)
+    base = network.RING_BASE_LATENCY_S
+    assert got == pytest.approx(63 / 64 * nbytes / min(beta0, 8 * beta1) + 63 * 5e-6 + base)
     # 2 ranks per node (tp = 4): two NICs each side, 2·β_1 < β_0.
-    two = network.ring_transfer_s(ctx, 16, 64, nbytes)
+    two, _ = network.ring_parts_s(ctx, 16, 64, nbytes)
     assert two == pytest.approx(15 / 16 * nbytes / (2 * beta1))
     domains, members = network.domain_layout(ctx, np.array([16, 64, 4]), np.array([64, 64, 4]))
     assert list(domains[0]) == [8, 8, 1] and list(members[0]) == [2, 8, 4]
@@ -146,3 +148,36 @@ def test_all_to_all_keeps_each_ranks_own_nic() -> None:
     nbytes = 1e9
     got = network.all_to_all_s(ctx, 32, 1, nbytes)
     assert got == pytest.approx(24 / 32 * nbytes / beta1 + 31 * 5e-6)
+
+
+def test_ring_parts_split_transfer_and_latency_per_collective() -> None:
+    """count collectives moving nbytes in all: the transfer is that of the whole bytes, the
+    latency is paid once per collective (base, the stack's overhead and the hops), 2 passes
+    for an all-reduce; nothing for one rank."""
+    ctx = _ctx(simple_system())
+    nvlink = ctx.system.network_tiers[0]
+    beta0 = nvlink.bandwidth_gbps * 1e9 * nvlink.efficiency
+    transfer, latency = network.ring_parts_s(ctx, 8, 8, 8e9, count=4, passes=2)
+    assert transfer == pytest.approx(2 * 7 / 8 * 8e9 / beta0)
+    assert latency == pytest.approx(4 * (network.RING_BASE_LATENCY_S + 2 * 7 * 3e-6))
+    stack = ctx.stack.model_copy(update={"message_overhead_us": 20.0})
+    slow = CostContext(ctx.model, ctx.system, ctx.job, stack)
+    _, with_overhead = network.ring_parts_s(slow, 8, 8, 8e9, count=4, passes=2)
+    assert with_overhead == pytest.approx(latency + 4 * 20e-6)
+    assert network.ring_parts_s(ctx, 1, 8, 8e9, count=4) == (0.0, 0.0)
+
+
+def test_point_to_point_across_the_network_drives_two_channels() -> None:
+    """One pair of GPUs on two DGX H100s: NCCL's 2 channels per network peer at ~14 GB/s, 28
+    GB/s, below the NIC's 46.5 a ring reaches; inside a node the NVLink rate. Each extra
+    (metadata) message pays the latency again."""
+    ctx = _ctx(hardware_catalog.load_system("dgx-h100"))
+    nbytes = 64e6
+    across = float(network.point_to_point_s(ctx, 16, nbytes))
+    pair = network.P2P_NET_CHANNELS * network.P2P_CHANNEL_GBPS * 1e9
+    assert across == pytest.approx(5e-6 + nbytes / pair)
+    assert pair < 50e9 * 0.93
+    inside = float(network.point_to_point_s(ctx, 8, nbytes))
+    assert inside == pytest.approx(3e-6 + nbytes / (450e9 * 0.8))
+    six = float(network.point_to_point_s(ctx, 16, nbytes, messages=6))
+    assert six == pytest.approx(across + 5 * 5e-6)

@@ -40,6 +40,42 @@ def print_validation(console: Console, result) -> None:
     print_table(console, summary)
 
 
+def print_network_validation(console: Console, result) -> None:
+    """Per nccl-tests curve the model's bus-bandwidth error, then the summaries by size."""
+    table = Table(title="Predicted vs measured bus bandwidth (nccl-tests)", title_justify="left")
+    table.add_column("curve")
+    table.add_column("system")
+    for column in ("ranks", "collective", "algorithm", "points", "mean", "worst"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for c in result.curves:
+        mean = "-" if c.mean_abs_error is None else f"{c.mean_abs_error:.0%}"
+        worst = "-" if c.worst_abs_error is None else f"{c.worst_abs_error:.0%}"
+        algorithm = c.algorithm if c.modelled else f"{c.algorithm} (left out)"
+        table.add_row(
+            c.id, c.system, str(c.ranks), c.collective, algorithm, str(len(c.points)), mean, worst
+        )
+    print_table(console, table)
+    summary = Table(title="Absolute bus-bandwidth error, 64 KiB to 4 GiB", title_justify="left")
+    for column in ("curves", "sizes", "points", "mean", "signed mean"):
+        summary.add_column(column, justify="left" if column == "curves" else "right")
+    for label, s in (("modelled", result.modelled), ("left out (SHARP)", result.left_out)):
+        if s is None:
+            continue
+        summary.add_row(f"{label}: {s.curves}", "all", str(s.points), f"{s.mean_abs_error:.0%}", "")
+        for band in s.bands:
+            summary.add_row(
+                "",
+                band.band,
+                str(band.points),
+                f"{band.mean_abs_error:.0%}",
+                f"{band.mean_error:+.0%}",
+            )
+    print_table(console, summary)
+    console.print(
+        "mean: over curves of each curve's mean; signed: negative where the model is slower"
+    )
+
+
 def print_cross_validation(console: Console, result) -> None:
     """Leave-one-source-out error per source, what each fold was fitted on, and overall."""
     table = Table(

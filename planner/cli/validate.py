@@ -23,6 +23,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--dataset", help="YAML/JSON file of runs (default: the bundled published runs)"
     )
     validate_cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    validate_cmd.add_argument(
+        "--network",
+        action="store_true",
+        help="the collective model alone against published nccl-tests results (--dataset: a "
+        "file of curves; default: the bundled nccl_tests.yaml)",
+    )
 
     validate_cmd.add_argument(
         "--cross-validate",
@@ -43,6 +49,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from planner.accuracy.validation import load_dataset, validate
     from planner.cli import accuracy_report
 
+    if args.network:
+        return _network(args, console)
     dataset = load_dataset(args.dataset)
     if args.cross_validate:
         jobs = args.jobs or available_cpus()
@@ -55,4 +63,20 @@ def run(args: argparse.Namespace, console: Console) -> int:
         accuracy_report.print_cross_validation(console, result)
     else:
         accuracy_report.print_validation(console, result)
+    return EXIT_OK
+
+
+def _network(args: argparse.Namespace, console: Console) -> int:
+    """`planner validate --network`: the collectives against nccl-tests curves."""
+    from planner.accuracy.network_validation import load_network_dataset, validate_network
+    from planner.cli import accuracy_report
+    from planner.errors import InputError
+
+    if args.cross_validate:
+        raise InputError("validate: --network takes no --cross-validate (nothing is fitted)")
+    result = validate_network(load_network_dataset(args.dataset))
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        accuracy_report.print_network_validation(console, result)
     return EXIT_OK

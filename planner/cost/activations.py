@@ -7,7 +7,8 @@ attention output (1 for standard attention), kv for K or for V (k·d_h/h; KV rep
 t > k), f' = f/h for the FFN intermediate (f = (k + shared)·f_e in an MoE block), p = k_r·(MoE
 share) token copies an MoE block sends to its experts. Bytes per token (× s·b·h for the block):
 
-- **none** (Korthikanti et al. 2022 §4, generalised to GQA, SwiGLU and MoE): the two norm
+- **none** (Korthikanti et al. 2022 §4, generalised to GQA, SwiGLU and MoE; eager stacks
+  keep two more tensors, below): the two norm
   inputs 4, the dropout masks 2 (with dropout), the QKV and FFN inputs 2·g, the expert inputs
   g·p — replicated over TP ranks unless sequence parallelism splits them; Q 2q, K and V 4·kv,
   the attention output 2q (+ q: its fp8 copy, the output projection's saved input, when g = 1),
@@ -40,6 +41,17 @@ share) token copies an MoE block sends to its experts. Bytes per token (× s·b�
   FFN inputs and the second FFN GEMM's input are rebuilt. 21.6·s·b·h for DeepSeek-V3's average
   block under fp8 (61.5 when everything is stored in 16 bits).
 - **full**: the block input, 2 (÷t under SP).
+
+Eager stacks (no fused kernels, not compiled: CostContext.fused_elementwise) also keep silu's
+output, 2f' (silu(x1)·x3 saves both factors of the product), and a stack that repeats GQA's K
+and V to the query heads before attention (StackProfile.expands_kv: torchtitan's repeat_kv
+before SDPA) keeps them at the query width, 4q instead of 4·kv. Measured for this project on an
+H200 (benchmarks/gpu/memory_peaks.py, benchmarks/gpu/results/memory_peaks_h200.json): eager
+Llama blocks with PyTorch's fused RMSNorm, SDPA and repeat_interleave'd K/V save 47.6, 36.9 and
+43.5·s·b·h at Llama 3.2 1B, 3B and 3.1 8B widths, where the formula gives 48.0, 37.3 and 44.0
+(tests/test_memory_measured.py); without the two eager terms 37.0, 29.3 and 34.0. An RMSNorm
+written op by op (HuggingFace's LlamaRMSNorm: fp32 upcast, variance, rsqrt) keeps 8.5 more,
+measured the same way; no catalog stack runs one.
 
 Context parallelism stores b/cp of each micro-batch's tokens per rank: every term above with
 b/cp in place of b (the caller passes the local micro-batch).
@@ -104,9 +116,12 @@ def block_bytes(
         return (replicated + sharded / t + unsplit) * sbh
 
     fp8_copy = q if g == 1 else 0.0
+    # eager silu(gate)·up keeps silu's output for the product's backward
+    eager_glu = 2 * f if swiglu and not ctx.fused_elementwise else 0.0
+    saved_kv = q if ctx.stack.expands_kv else kv
     stored = per_rank(
         4 + masks + 2 * g + experts,
-        2 * q + 4 * kv + 2 * q + fp8_copy + 2 * act_in + g * f,
+        2 * q + 4 * saved_kv + 2 * q + fp8_copy + 2 * act_in + g * f + eager_glu,
     )
     core = (5 if m.dropout else 4) * m.heads * ctx.seq_len / m.hidden * sbh / t
     keep_core = (code == 0) & (not ctx.flash)

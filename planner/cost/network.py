@@ -42,18 +42,30 @@ It degrades to one tier's ring where it should: a group inside one domain runs a
 (g − 1)·α_0; a group with one member per domain (tp = 8 on 8-GPU nodes: each DP rank owns one
 NIC) at β_1 with (g − 1)·α_1; only the bandwidth of a group with several members per domain
 changes. All-reduce is reduce-scatter then all-gather: twice both terms.
-NCCL's tree all-reduce (busBw × 0.92, latency 2·((n_0 − 1)·α_0 + log2 k·α_1)) is not taken:
-where its log-depth latency would win, at many racks, it puts a 1,440-rank 0.5 GiB all-reduce on
-GB200 at ~490 GB/s, three times the measured 151 (test_collectives), and the planner's
-collectives are large buckets.
-NVLink SHARP (NVLS) is not modelled either: Megatron-Bridge's published recipes disable it
-(NCCL_NVLS_ENABLE=0).
+Every collective also pays NCCL's base latency, 8.4 µs (its Simple ring's), and the stack's
+per-message overhead (StackProfile.message_overhead_us: launch and host work, eager stacks).
+
+**What NCCL's tuner would pick, and why the model does not.** NCCL chooses per call among ring
+and tree (all-reduce) and the LL, LL128 and Simple protocols by its own latency and bandwidth
+table (tuning.cc @ 5067397c: LL and LL128 steps at 0.6/1.9 µs on NVLink and 2.7/4.0 µs across
+the network against Simple's 3.4/14, a tree with log-depth latency). Built into this model with
+those constants scaled to each tier's latency, it was checked against the published nccl-tests
+curves of hardware_catalog/calibration/nccl_tests.yaml (`planner validate --network`: 19
+curves from 1 to 360 nodes, InfiniBand, RoCE, EFA, Slingshot, TCPXO, MNNVL, 64 KiB-4 GiB): mean
+error of the predicted bus bandwidth 101 % (its small and mid-size messages 2-10× too fast);
+with the tree at Simple only, 53 %; the Simple ring alone, this model, 29 %. The tuner's
+latencies rank the choices; they are not what the collectives take. NCCL's tree and NVLink
+SHARP (NVLS) are left out: Megatron-Bridge's published recipes disable NVLS
+(NCCL_NVLS_ENABLE=0), and the ring is the pessimistic side of what NCCL picks, within 2 % of
+the forced-ring 2-node H100 curve up to 4 MiB and 9-19 % slow on it above.
 
 All-to-all is not a ring: each rank sends 1/g of its buffer to every peer directly, so the
 bytes bound beyond a domain leave through the sender's own NIC — the domain's n members send
 n·(g − n)/g·B over its n NICs, (g − n)/g·B each, which multi-NIC spreading does not change
 (all_to_all_s). Point-to-point (pipeline stages, CP's K/V ring hops) is one GPU's link:
-α + bytes/β of the tier the pair spans.
+α + bytes/β of the tier the pair spans, each message paying α; across the network a single
+pair drives only NCCL's channels per network peer, 2 of ~14 GB/s each up to NCCL 2.28
+(P2P_NET_CHANNELS, P2P_CHANNEL_GBPS): 28 GB/s on a 400 Gb/s NIC that a ring fills at 46.5.
 """
 
 from __future__ import annotations
@@ -62,6 +74,23 @@ import numpy as np
 
 from planner.cost.context import CostContext
 from planner.cost.flops import ArrayLike
+
+RING_BASE_LATENCY_S = 8.4e-6
+"""NCCL's fixed latency of a ring collective under its Simple protocol (NVIDIA/nccl@5067397c
+src/graph/tuning.cc ``baseLatencies`` Ring Simple, 8.4 µs since 2.18), once per collective."""
+
+P2P_NET_CHANNELS = 2
+"""Channels one send/recv pair drives across the network: NCCL_NCHANNELS_PER_NET_PEER, 2 from
+NCCL 2.18 to 2.28 (NVIDIA/nccl v2.18.3 src/init.cc ``NCCL_PARAM(NChannelsPerNetPeer, ...,
+2)``; v2.21-2.28 start from 2 per NIC and only lower it with scale), the releases PyTorch 2.1-2.8
+ship. NCCL 2.29 raises it to ⌈NIC GB/s / 14⌉."""
+
+P2P_CHANNEL_GBPS = 14.0
+"""What one network channel of a send/recv moves, GB/s: NCCL's own figure,
+``NCCL_PARAM(P2pPerChannelNetBw, "P2P_PER_CHANNEL_NET_BW", 14)`` (src/graph/paths.cc @
+5067397c), from which 2.29 sizes the channels per peer. Two channels: 28 GB/s per pair, below a
+400 Gb/s NIC's 46-48 (NVIDIA/nccl#1272: on 25 GB/s Slingshot NICs two channels reach 24.2 GB/s
+of sendrecv_perf at 512 MB, the NIC's rate)."""
 
 
 def tier_index(ctx: CostContext, span_gpus: ArrayLike) -> np.ndarray:
@@ -126,35 +155,58 @@ def ring_bus_bytes_per_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) ->
     return rate
 
 
-def all_reduce_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
-    """Ring all-reduce of ``nbytes`` over ``group`` ranks spanning ``span`` GPUs (0 if g = 1):
-    a reduce-scatter and an all-gather."""
-    return 2 * reduce_scatter_s(ctx, group, span, nbytes)
-
-
-def reduce_scatter_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
-    """Ring reduce-scatter (or all-gather) of an ``nbytes`` buffer over ``group`` ranks."""
-    return ring_transfer_s(ctx, group, span, nbytes) + ring_latency_s(ctx, group, span)
-
-
-all_gather_s = reduce_scatter_s
-
-
-def ring_transfer_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
-    """The bandwidth part of a ring reduce-scatter or all-gather: (g−1)/g·bytes/busBw."""
-    g = np.asarray(group, dtype=float)
-    return (g - 1) / g * np.asarray(nbytes, dtype=float) / ring_bus_bytes_per_s(ctx, g, span)
-
-
 def ring_latency_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> np.ndarray:
-    """The latency part of one ring reduce-scatter or all-gather: g − 1 hops, each at the
-    largest latency of the tiers the ring uses (module docstring: NCCL raises a multi-node
-    ring's in-node hops to the network's per-step overhead)."""
+    """The latency of one ring pass (a reduce-scatter or an all-gather): g − 1 hops, each at
+    the largest ``latency_us`` of the tiers the ring uses (module docstring: NCCL raises a
+    multi-node ring's in-node hops to the network's per-step overhead)."""
     g = np.asarray(group, dtype=float)
     hop = np.zeros(np.shape(g * np.asarray(span, dtype=float)))
     for tier, uses in zip(ctx.system.network_tiers, _tiers_used(ctx, g, span), strict=True):
         hop = np.where(uses, np.maximum(hop, tier.latency_us * 1e-6), hop)
     return (g - 1) * hop
+
+
+def ring_parts_s(
+    ctx: CostContext,
+    group: ArrayLike,
+    span: ArrayLike,
+    nbytes: ArrayLike,
+    count: ArrayLike = 1,
+    passes: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(transfer, latency) seconds of ``count`` ring collectives that move ``nbytes`` in all
+    over ``group`` ranks spanning ``span`` GPUs, each of ``passes`` ring passes (1: a
+    reduce-scatter or all-gather; 2: an all-reduce):
+
+        transfer = passes·(g − 1)/g · nbytes / busBw
+        latency  = count·(base + overhead + passes·(g − 1)·hop)
+
+    The transfer can hide under compute, the latency cannot; ``overhead`` is the stack's
+    fixed cost per message (StackProfile.message_overhead_us). Both are 0 for g = 1."""
+    g = np.asarray(group, dtype=float)
+    n = np.maximum(np.asarray(count, dtype=float), 1.0)
+    bus = ring_bus_bytes_per_s(ctx, g, span)
+    transfer = passes * (g - 1) / g * np.asarray(nbytes, dtype=float) / bus
+    each = RING_BASE_LATENCY_S + ctx.stack.message_overhead_us * 1e-6
+    latency = n * (each + passes * ring_latency_s(ctx, g, span))
+    active = g > 1
+    return np.where(active, transfer, 0.0), np.where(active, latency, 0.0)
+
+
+def all_reduce_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
+    """Ring all-reduce of ``nbytes`` over ``group`` ranks spanning ``span`` GPUs (0 if g = 1):
+    a reduce-scatter and an all-gather, 2·(g − 1) steps, one base latency."""
+    transfer, latency = ring_parts_s(ctx, group, span, nbytes, passes=2)
+    return transfer + latency
+
+
+def reduce_scatter_s(ctx: CostContext, group: ArrayLike, span: ArrayLike, nbytes: ArrayLike):
+    """Ring reduce-scatter (or all-gather) of an ``nbytes`` buffer over ``group`` ranks."""
+    transfer, latency = ring_parts_s(ctx, group, span, nbytes)
+    return transfer + latency
+
+
+all_gather_s = reduce_scatter_s
 
 
 def all_to_all_s(
@@ -184,10 +236,21 @@ def all_to_all_s(
         slowest = np.maximum(slowest, share * data / rate)
         inside = np.maximum(inside, reach)
     _, latency = _tier_arrays(ctx, g * step)
-    return slowest + (g - 1) * latency
+    overhead = ctx.stack.message_overhead_us * 1e-6
+    return slowest + np.where(g > 1, (g - 1) * latency + overhead, 0.0)
 
 
-def point_to_point_s(ctx: CostContext, span: ArrayLike, nbytes: ArrayLike) -> np.ndarray:
-    """One message of ``nbytes`` between two GPUs of a group spanning ``span`` GPUs."""
+def point_to_point_s(
+    ctx: CostContext, span: ArrayLike, nbytes: ArrayLike, messages: ArrayLike = 1
+) -> np.ndarray:
+    """``messages`` messages between two GPUs of a group spanning ``span`` GPUs, one of
+    ``nbytes`` and the rest (metadata) empty: each pays the latency of the tier the group
+    spans and the stack's per-message overhead; the data moves at the tier's bandwidth, or,
+    across a scale-out tier, at most P2P_NET_CHANNELS × P2P_CHANNEL_GBPS (one pair of GPUs
+    drives NCCL's channels per network peer, not the NIC's whole rate: module docstring)."""
     bandwidth, latency = _tier_arrays(ctx, span)
-    return latency + np.asarray(nbytes, dtype=float) / bandwidth
+    scale_out = tier_index(ctx, span) > 0
+    pair_cap = P2P_NET_CHANNELS * P2P_CHANNEL_GBPS * 1e9
+    rate = np.where(scale_out, np.minimum(bandwidth, pair_cap), bandwidth)
+    per_message = latency + ctx.stack.message_overhead_us * 1e-6
+    return np.asarray(messages, dtype=float) * per_message + np.asarray(nbytes, dtype=float) / rate

@@ -21,8 +21,7 @@ from planner.cost.memory import (
 )
 from planner.cost.network import (
     point_to_point_s,
-    ring_latency_s,
-    ring_transfer_s,
+    ring_parts_s,
 )
 from planner.cost.precision import block_weight_bytes
 from planner.specs import PLACEMENT_CODES, StackProfile
@@ -135,14 +134,34 @@ def cp_exposed_s(
 
 
 def pp_message_s(
-    ctx: CostContext, tp: ArrayLike, mb: ArrayLike, span: ArrayLike, cp: ArrayLike = 1
+    ctx: CostContext,
+    tp: ArrayLike,
+    mb: ArrayLike,
+    span: ArrayLike,
+    cp: ArrayLike = 1,
+    sp: ArrayLike = True,
 ) -> np.ndarray:
-    """One stage-to-stage message of b·s·h·e/(t·cp) bytes (Megatron's scatter/gather; each CP
-    rank sends its own chunk) on the tier the whole job spans. Depends on (tp, cp, micro_batch)
-    and the GPU count."""
+    """One stage-to-stage transfer: the b·s·h·e/cp bytes of a micro-batch's activations (each
+    CP rank sends its own chunk), divided over the t TP ranks where sequence parallelism has
+    split them or the stack scatters them (StackProfile.pp_scatter_gather), whole from each TP
+    rank otherwise, and the stack's pp_messages_per_transfer − 1 metadata messages beside
+    them, on the tier the whole job spans (network.point_to_point_s). Depends on (tp, cp,
+    micro_batch), sequence parallelism where the stack does not scatter, and the GPU count."""
     local_mb = np.asarray(mb, dtype=float) / np.asarray(cp, dtype=float)
     nbytes = ACTIVATION_BYTES * local_mb * ctx.seq_len * ctx.model.hidden
-    return point_to_point_s(ctx, span, nbytes / np.asarray(tp, dtype=float))
+    split = np.asarray(sp, dtype=bool) | ctx.stack.pp_scatter_gather
+    shares = np.where(split, np.asarray(tp, dtype=float), 1.0)
+    return point_to_point_s(ctx, span, nbytes / shares, ctx.stack.pp_messages_per_transfer)
+
+
+def pp_transfers(ctx: CostContext, stage: str) -> int:
+    """Stage-to-stage transfers per micro-batch and model chunk on a ``stage``'s critical path
+    where the stack does not overlap them: the first stage sends activations and receives
+    gradients, the last receives activations and sends gradients (2); a middle stage does
+    both, 4 where the stack runs each transfer after the one before
+    (StackProfile.pp_serial_transfers: nanotron's send, receive, send, receive, each waited
+    on), 2 where it batches each send with the receive beside it."""
+    return 4 if stage == "middle" and ctx.stack.pp_serial_transfers else 2
 
 
 def group_spans(
@@ -184,7 +203,8 @@ def dp_collectives(
     takes on ``ranks`` ranks, by the stack's unit (StackProfile.dp_collective_unit, or
     zero3_collective_unit under ZeRO-3 where the stack sets it): one per block plus one for
     the embedding/head (FSDP), ⌈params / max(b₀, b₁·g)⌉ buckets (Megatron-Core's DDP:
-    b₀ = 40M, b₁ = 1M), or one for the whole buffer."""
+    b₀ = 40M, b₁ = 1M), or one for the whole buffer; ZeRO-1/2 and ZeRO-3 take their own
+    units where the stack states them (zero1_collective_unit, zero3_collective_unit)."""
     stack = ctx.stack
 
     def count(unit: str) -> np.ndarray:
@@ -198,10 +218,13 @@ def dp_collectives(
         )
         return np.maximum(1.0, np.ceil(np.asarray(params, dtype=float) / bucket))
 
+    zero = np.asarray(zero_stage)
     counts = count(stack.dp_collective_unit)
-    if stack.zero3_collective_unit is None:
-        return counts
-    return np.where(np.asarray(zero_stage) == 3, count(stack.zero3_collective_unit), counts)
+    if stack.zero1_collective_unit is not None:
+        counts = np.where((zero == 1) | (zero == 2), count(stack.zero1_collective_unit), counts)
+    if stack.zero3_collective_unit is not None:
+        counts = np.where(zero == 3, count(stack.zero3_collective_unit), counts)
+    return counts
 
 
 def regathers_under_recompute(stack: StackProfile) -> bool:
@@ -273,30 +296,32 @@ def dp_comm_times_s(
     weight_bytes = block_weight_bytes(ctx)
     once_per_step = ctx.stack.zero3_unsharded_under_pp & (zero == 3) & (np.asarray(pp) > 1)
     sharded_per_mb = (zero == 3) & ~once_per_step
-    once_collectives = np.where((zero <= 1) | once_per_step, 2, np.where(zero == 2, 1, 0))
-    per_mb_collectives = np.where(
-        zero == 2, 1, np.where(sharded_per_mb, 1 + gathers_per_micro_batch, 0)
-    )
+    zero1_all_reduce = ctx.stack.zero1_all_reduce
     after = before = per_mb = latency_step = latency_mb = 0.0
     for ranks, group_params, block_params in groups:
         grads = ctx.grad_bytes * group_params
-        reduce = ring_transfer_s(ctx, ranks, span, grads)
         gathered = ACTIVATION_BYTES * (group_params - block_params) + weight_bytes * block_params
-        gather = ring_transfer_s(ctx, ranks, span, gathered)
-        after = after + np.where(
-            zero == 0, 2 * reduce, np.where((zero == 1) | once_per_step, reduce, 0.0)
-        )
-        before = before + np.where((zero == 1) | (zero == 2) | once_per_step, gather, 0.0)
+        count = dp_collectives(ctx, group_params, blocks, ranks, zero)
+        ar_t, ar_l = ring_parts_s(ctx, ranks, span, grads, count, passes=2)
+        rs_t, rs_l = ring_parts_s(ctx, ranks, span, grads, count)
+        ag_t, ag_l = ring_parts_s(ctx, ranks, span, gathered, count)
+        if zero1_all_reduce:  # the stack all-reduces the whole gradients under ZeRO-1
+            rs_t, rs_l = np.where(zero == 1, ar_t, rs_t), np.where(zero == 1, ar_l, rs_l)
+        once_reduce = (zero == 1) | once_per_step
+        once_gather = (zero == 1) | (zero == 2) | once_per_step
+        after = after + np.where(zero == 0, ar_t, np.where(once_reduce, rs_t, 0.0))
+        before = before + np.where(once_gather, ag_t, 0.0)
         per_mb = per_mb + np.where(
-            zero == 2,
-            reduce,
-            np.where(sharded_per_mb, reduce + gathers_per_micro_batch * gather, 0.0),
+            zero == 2, rs_t, np.where(sharded_per_mb, rs_t + gathers_per_micro_batch * ag_t, 0.0)
         )
-        one = dp_collectives(ctx, group_params, blocks, ranks, zero) * np.where(
-            group_params > 0, ring_latency_s(ctx, ranks, span), 0.0
+        present = group_params > 0
+        step_latency = np.where(zero == 0, ar_l, np.where(once_reduce, rs_l, 0.0))
+        step_latency = step_latency + np.where(once_gather, ag_l, 0.0)
+        mb_latency = np.where(
+            zero == 2, rs_l, np.where(sharded_per_mb, rs_l + gathers_per_micro_batch * ag_l, 0.0)
         )
-        latency_step = latency_step + once_collectives * one
-        latency_mb = latency_mb + per_mb_collectives * one
+        latency_step = latency_step + np.where(present, step_latency, 0.0)
+        latency_mb = latency_mb + np.where(present, mb_latency, 0.0)
     return DpCommTimes(
         after_backward_s=np.asarray(after),
         before_forward_s=np.asarray(before),

@@ -94,6 +94,7 @@ from planner.cost.parallel_comm import (
     dp_comm_times_s,
     group_spans,
     pp_message_s,
+    pp_transfers,
     sp_layout_copy_s,
     tp_collective_passes,
 )
@@ -399,10 +400,17 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     }
     head = lm_head_time_s(ctx, k["tp"], k["micro_batch"], k["cp"])
     dp_span, pipeline_span = group_spans(t, c, p, d, k["placement"])
-    message = np.where(p > 1, pp_message_s(ctx, k["tp"], k["micro_batch"], pipeline_span, c), 0.0)
+    message = np.where(
+        p > 1,
+        pp_message_s(ctx, k["tp"], k["micro_batch"], pipeline_span, c, k["sequence_parallel"]),
+        0.0,
+    )
     hidden_p2p = (v > 1) & ctx.stack.pp_overlap
     chunks_s = chunk_overhead_s(ctx, p, v)
-    pp_s = {kind: pp_exposed_s(message, v, stage[kind], hidden_p2p) + chunks_s for kind in STAGES}
+    pp_s = {
+        kind: pp_exposed_s(message, v, stage[kind], hidden_p2p, pp_transfers(ctx, kind)) + chunks_s
+        for kind in STAGES
+    }
     first_s = stage["first"].total_s + pp_s["first"]
     middle_s = np.where(stage_present(p, "middle"), stage["middle"].total_s + pp_s["middle"], 0.0)
     last_s = stage["last"].total_s + head + pp_s["last"]
@@ -441,7 +449,7 @@ def evaluate_terms(ctx: CostContext, knobs: Knobs) -> StepTerms:
     if not ctx.calculon:  # Calculon's bubble is (p − 1)/v·T (planner/cost/calculon.py)
         bubble = bubble + fill_drain_messages_s(p, v, message, hidden_p2p)
 
-    overlap = np.asarray(k["dp_overlap"], dtype=bool) & ctx.stack.dp_overlap
+    overlap = dp_overlap_on(ctx, k["dp_overlap"], k["zero_stage"])
     dp_exposed = np.zeros(np.broadcast(t, c, p, d, n).shape)
     optimizer = np.zeros(())
     expert_dp = expert_dp_size(t, c, d, k["ep"], k["expert_tp"])
@@ -633,12 +641,27 @@ def _where_present(pp: np.ndarray, middle: StageMemory, first: StageMemory) -> S
     )
 
 
+def dp_overlap_on(ctx: CostContext, dp_overlap: ArrayLike, zero_stage: ArrayLike) -> np.ndarray:
+    """Whether a strategy's DP traffic overlaps compute: it asks for it and its stack can,
+    under ZeRO-1/2 only where the stack also overlaps the sharded optimizer's reduction and
+    gather (StackProfile.sharded_dp_overlap)."""
+    zero = np.asarray(zero_stage)
+    sharded = (zero == 1) | (zero == 2)
+    can = ctx.stack.dp_overlap & (ctx.stack.sharded_dp_overlap | ~sharded)
+    return np.asarray(dp_overlap, dtype=bool) & can
+
+
 def pp_exposed_s(
-    message_s: np.ndarray, v: np.ndarray, stage: BlockPieces, hidden: np.ndarray
+    message_s: np.ndarray,
+    v: np.ndarray,
+    stage: BlockPieces,
+    hidden: np.ndarray,
+    transfers: int = 2,
 ) -> np.ndarray:
-    """A stage's pipeline messages per micro-batch on its critical path, for one message of
-    ``message_s`` (pp_message_s; 0 where p = 1) and v virtual stages: 2·v·M sent in turn with
-    the compute, or, where the stack overlaps them (``hidden``: its pp_overlap with v > 1,
+    """A stage's pipeline messages per micro-batch on its critical path, for one transfer of
+    ``message_s`` (pp_message_s; 0 where p = 1) and v virtual stages: ``transfers``·v·M
+    (parallel_comm.pp_transfers) sent in turn with the compute, or, where the stack overlaps
+    them (``hidden``: its pp_overlap with v > 1,
     Megatron-Core's overlap_p2p_comm), what exceeds the passes they run under. Each of the v
     model chunks sends its activations while the next chunk computes its forward, and its
     input gradients while the next computes its backward, so the v forward messages hide under
@@ -648,4 +671,4 @@ def pp_exposed_s(
     overlapped = np.maximum(0.0, sent - stage.forward_window_s) + np.maximum(
         0.0, sent - stage.backward_window_s
     )
-    return np.where(hidden, overlapped, 2 * sent)
+    return np.where(hidden, overlapped, transfers * sent)

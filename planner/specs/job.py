@@ -78,6 +78,24 @@ class StackProfile(Spec):
     pp_overlap: bool = False
     """Pipeline point-to-point sends and receives run asynchronously under compute (with the
     interleaved schedule)."""
+    pp_serial_transfers: bool = False
+    """A middle pipeline stage's four transfers per micro-batch and model chunk (receive the
+    activations, send them on, receive the gradients, send them back) each wait for the one
+    before: four messages on its critical path. False: each send is batched with the receive
+    beside it (Megatron's send_forward_recv_backward, torch.distributed.pipelining's
+    batch_isend_irecv), two (planner/cost/parallel_comm.py pp_transfers)."""
+    pp_messages_per_transfer: int = Field(default=1, ge=1, le=64)
+    """Messages one stage-to-stage transfer takes: the activations, and what the stack sends
+    beside them (nanotron: each tensor preceded by two blocking metadata sends, and the
+    sequence mask beside the hidden states: 6), each paying the link's latency."""
+    pp_scatter_gather: bool = True
+    """Each TP rank sends 1/t of the stage's output (Megatron-LM's scatter/gather
+    optimisation), also without sequence parallelism; False: the whole b·s·h unless sequence
+    parallelism has already split it."""
+    message_overhead_us: float = Field(default=0.0, ge=0, le=1e4)
+    """Fixed time each collective and each point-to-point message costs the stack beyond
+    NCCL's own latency: launching it from Python and its host-side work (eager stacks). Fitted
+    by ``planner calibrate`` where runs cross nodes."""
     pp_chunk_overhead_us: float = Field(default=0.0, ge=0, le=1e5)
     """Fixed time of one model chunk's forward or backward step in the interleaved schedule
     (P2P posted and waited on, buffers, hooks): interleaving v chunks adds 2·(v − 1) per
@@ -97,6 +115,17 @@ class StackProfile(Spec):
     (FSDP wraps each block; the embedding and head are one more unit); ``bucket`` — a bucket
     of max(dp_bucket_params, dp_bucket_params_per_rank·g) parameters for a group of g ranks
     (Megatron-Core's DDP); ``buffer`` — the whole gradient buffer at once."""
+    zero1_collective_unit: DpCollectiveUnit | None = None
+    """The unit under ZeRO-1 and ZeRO-2 where the stack's sharded optimizer reduces otherwise
+    than its plain data parallelism (nanotron: DDP buckets at ZeRO-0, one flat buffer at
+    ZeRO-1); None: ``dp_collective_unit``."""
+    zero1_all_reduce: bool = False
+    """Under ZeRO-1 the stack all-reduces the whole gradient buffer (and each rank updates its
+    shard) instead of reduce-scattering it: twice the traffic (nanotron's fp32 accumulation)."""
+    sharded_dp_overlap: bool = True
+    """Whether the DP overlap also hides ZeRO-1/2's once-per-step reduction and gather. False:
+    they run after the last backward and before the next forward with nothing under them
+    (nanotron with fp32 accumulation: one blocking all-reduce after the backward)."""
     zero3_collective_unit: DpCollectiveUnit | None = None
     """The unit under ZeRO-3 where the stack's ZeRO-3 is another implementation than its
     lower stages (None: ``dp_collective_unit``). Megatron-Core's ZeRO-3 is Megatron-FSDP, whose
@@ -143,6 +172,10 @@ class StackProfile(Spec):
     offload_resident_blocks: int = Field(default=3, ge=1, le=lim.MAX_LAYERS)
     """Blocks of an offloaded tensor kind kept in HBM: the one in use, the prefetched next and
     the previous one being written back."""
+    expands_kv: bool = False
+    """Grouped-query attention's K and V are repeated to the query heads before the attention
+    kernel (torchtitan's repeat_kv before SDPA), which saves them at that width
+    (planner/cost/activations.py)."""
     fused_kernels: bool = True
     """The stack runs its norms, activation function and rotary embedding as hand-fused
     kernels (Transformer Engine, Apex); False: as PyTorch eager ops, unfused unless the job is
