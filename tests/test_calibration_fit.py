@@ -181,15 +181,16 @@ def test_torchtitan_pp_memory_against_its_published_peaks() -> None:
     stage): under PP FSDP2 reshards nothing during the step (StackProfile
     .zero3_unsharded_under_pp), so each rank holds its stage's blocks gathered in bf16 (11.6
     GiB) and their gradients unsharded in fp32 (23.2 GiB). The model, its reserve left out,
-    reads 60.6 GiB against the measured 75.3-84.9 (24-40 % above it, as the FSDP + TP 70B runs'
-    27-35 %); counting two gathered blocks and sharded gradients it read 31.8 (137-167 %)."""
+    reads 60.8 GiB against the measured 75.3-84.9 (24-40 % above it, as the FSDP + TP 70B runs'
+    27-35 %; the recomputed block's K and V at the query width, as torchtitan repeats them);
+    counting two gathered blocks and sharded gradients it read 31.8 (137-167 %)."""
     runs = {run.id: run for run in load_dataset(CURRENT_RUNS).runs}
     for run_id, ratio in TORCHTITAN_PP_PEAKS.items():
         run = runs[run_id]
         model, system = resolve(run)
         hbm = evaluate(model, system, run.job, run.strategy).memory_gib["hbm"]
         modelled = hbm["total"] - hbm["reserve"]
-        assert modelled == pytest.approx(60.6, abs=0.05), run_id
+        assert modelled == pytest.approx(60.8, abs=0.05), run_id
         assert hbm["weights"] == pytest.approx(11.6, abs=0.05)
         assert hbm["gradients"] == pytest.approx(23.25, abs=0.01)
         measured = run.model_extra["measured_raw"]["peak_memory_gib"]

@@ -14,6 +14,7 @@ from planner.cli import main
 from planner.cost.context import CostContext
 from planner.cost.knobs import Knobs
 from planner.cost.memory import StageParams
+from planner.cost.network import RING_BASE_LATENCY_S
 from planner.cost.parallel_comm import dp_collectives, dp_comm_times_s
 from planner.cost.step import evaluate_terms
 from planner.specs import OFFLOAD_KINDS, JobSpec, offload_code
@@ -327,18 +328,23 @@ def test_megatron_cores_zero3_collectives_are_megatron_fsdps_layer_units(
     assert float(dp_collectives(ctx, 1.3e9, 24, 8, zero_stage)) == expected
     _, comm = _dp_comm("megatron-core", 8, 3)
     ring = 7 * ctx.system.network_tiers[1].latency_us * 1e-6  # 8 ranks on 64 GPUs: 8 nodes
-    assert float(comm.latency_per_micro_batch_s) == pytest.approx(3 * 25 * ring)
+    base = RING_BASE_LATENCY_S  # NCCL's, once per collective
+    assert float(comm.latency_per_micro_batch_s) == pytest.approx(3 * 25 * (ring + base))
 
 
 @pytest.mark.parametrize("zero_stage, once, per_mb", [(0, 2, 0), (1, 2, 0), (2, 1, 1), (3, 0, 3)])
 def test_every_dp_collective_pays_one_ring_latency(zero_stage, once, per_mb) -> None:
-    """(g − 1)·α per collective, α of the InfiniBand tier: the 512 ranks sit one per node (span
-    8·512), so every hop crosses nodes; an all-reduce is two rings; ZeRO-3 gathers twice and
-    reduces once per micro-batch (no recompute)."""
+    """(g − 1)·α per ring pass, α of the InfiniBand tier, and NCCL's base latency once per
+    collective: the 512 ranks sit one per node (span 8·512), so every hop crosses nodes; an
+    all-reduce is two passes of one collective; ZeRO-3 gathers twice and reduces once per
+    micro-batch (no recompute)."""
     ctx, comm = _dp_comm("llm-foundry", 512, zero_stage)
     ring = 511 * ctx.system.network_tiers[1].latency_us * 1e-6
-    assert float(comm.latency_per_step_s) == pytest.approx(once * 25 * ring)
-    assert float(comm.latency_per_micro_batch_s) == pytest.approx(per_mb * 25 * ring)
+    base = RING_BASE_LATENCY_S
+    collectives_once = 1 if zero_stage == 0 else once
+    expected_once = 25 * (once * ring + collectives_once * base)
+    assert float(comm.latency_per_step_s) == pytest.approx(expected_once)
+    assert float(comm.latency_per_micro_batch_s) == pytest.approx(per_mb * 25 * (ring + base))
 
 
 def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
@@ -357,7 +363,8 @@ def test_fsdp_steps_grow_with_the_ring_at_a_fixed_per_gpu_batch() -> None:
     alpha = system.network_tiers[1].latency_us * 1e-6
     growth = float(steps[512].step_time_s - steps[128].step_time_s)
     assert growth == pytest.approx(2 * 25 * 384 * alpha, rel=0.02)
-    assert float(steps[128].dp_comm_s) == pytest.approx(2 * 25 * 127 * alpha, rel=1e-6)
+    expected = 2 * 25 * (127 * alpha + RING_BASE_LATENCY_S)
+    assert float(steps[128].dp_comm_s) == pytest.approx(expected, rel=1e-6)
 
 
 def test_the_dp_collective_unit_is_in_the_stack_json(capsys: pytest.CaptureFixture[str]) -> None:

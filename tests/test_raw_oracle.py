@@ -518,3 +518,18 @@ def test_a_pinned_slot_interleave_beyond_the_cap_is_in_the_raw_space() -> None:
     assert result.strategy.stage_layers == embedding_loss_layout(30, 4, 8, True, True)
     space = raw_space(model, system, job, 4, pins=pins, max_interleave=4)
     assert_proves_oracle_optimum(result, CostContext(model, system, job), space, REL)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw_problems(), st.booleans())
+def test_plan_proves_the_raw_oracles_optimum_on_an_eager_stack(problem, robust) -> None:
+    """nanotron's profile (issue 48): middle stages send and receive one after another (four
+    transfers, so the middle stage can bound the pipeline where the first holds as many blocks),
+    metadata messages with each, no scatter/gather without SP, ZeRO-1 all-reduced and not
+    overlapped, no interleaving, ZeRO at most 1; and --robust's slower network. The raw oracle
+    applies none of the solver's reductions."""
+    model, system, job, gpus, caps = problem
+    job = job.model_copy(update={"stack": "nanotron", "robust": robust})
+    ctx = CostContext(model, system, job)
+    result = plan(model, system, job, gpus, **caps)
+    assert_proves_oracle_optimum(result, ctx, raw_space(model, system, job, gpus, **caps), REL)

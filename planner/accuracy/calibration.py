@@ -13,7 +13,16 @@ GPU (no per-run, per-model or per-GPU factors):
 - ``tp_overlap_contention``: the share of hidden TP communication that still shows (only where
   the runs overlap TP communication);
 - ``dp_overlap_contention``: the same for hidden DP communication (only where the runs overlap
-  DP communication).
+  DP communication);
+- ``message_overhead_us``: the fixed time each collective and point-to-point message costs the
+  stack beyond NCCL's latency (only where enough runs send TP or PP traffic across nodes,
+  where such messages sit on the critical path: crossing_runs).
+
+A fit warns (FitWarning) where a parameter lands on a bound of its physical range — the runs
+ask for more than the model's physics allows, so the parameter stands in for a term the model
+lacks — where the two starts end on nearly the same loss with a parameter far apart (the runs
+do not pin it down), and where no run crosses a node although the plans will (the network and
+per-message terms are then not informed: predictions across nodes extrapolate).
 
 The fit minimises the mean absolute log error of the predicted step times plus a quarter of the
 worst one (so no run is sacrificed for the mean), by coordinate search on a shrinking grid inside
@@ -47,6 +56,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "layer_overhead_us": (0.0, 400.0),
     "tp_overlap_contention": (0.0, 1.0),
     "dp_overlap_contention": (0.0, 1.0),
+    "message_overhead_us": (0.0, 500.0),
 }
 
 
@@ -188,6 +198,7 @@ PRIORS: dict[str, float] = {
     "layer_overhead_us": 0.0,
     "tp_overlap_contention": 0.5,
     "dp_overlap_contention": 0.5,
+    "message_overhead_us": 0.0,
 }
 """A stack's calibrated parameters before any of its runs informs them (the cross-validation's
 profiles start here, not from the catalog values, which were fitted on every run, the left-out
@@ -217,14 +228,36 @@ def transferred_gemm_efficiency(fits: dict[str, tuple[int, dict[str, float]]]) -
     return sum(count * params["gemm_efficiency"] for count, params in fits.values()) / runs
 
 
+def crossing_runs(runs: Sequence[MeasuredRun]) -> dict[str, int]:
+    """How many runs send each kind of traffic across a scale-up domain (a node): {"tp": ...,
+    "pp": ..., "dp": ...}, by the rank order's group spans (TP innermost, then CP, then DP, then
+    PP; the pipeline inside DP under --use-tp-pp-dp-mapping)."""
+    counts = {"tp": 0, "pp": 0, "dp": 0}
+    for run in runs:
+        _, system = resolve(run)
+        domain = system.network_tiers[0].domain_gpus or run.gpus
+        s = run.strategy
+        inner = s.tp * s.cp
+        pp_inside = s.placement == "tp-pp-dp"
+        dp_span = inner * s.dp * (s.pp if pp_inside else 1)
+        pp_span = inner * s.pp * (1 if pp_inside else s.dp)
+        counts["tp"] += s.tp > domain
+        counts["pp"] += s.pp > 1 and pp_span > domain
+        counts["dp"] += s.dp * s.cp > 1 and dp_span > domain
+    return counts
+
+
 def default_free(runs: Sequence[MeasuredRun], stack: StackProfile) -> list[str]:
     """What the runs can inform: TP- and DP-overlap contention only where a run overlaps TP
-    or DP communication; at most one parameter per RUNS_PER_PARAMETER runs."""
+    or DP communication; the per-message overhead only where RUNS_PER_PARAMETER runs or more
+    send TP or PP traffic across nodes; at most one parameter per RUNS_PER_PARAMETER runs."""
+    crossing = crossing_runs(runs)
     uses = {
         "tp_overlap_contention": stack.tp_overlap
         and any(r.strategy.tp_overlap and r.strategy.tp > 1 for r in runs),
         "dp_overlap_contention": stack.dp_overlap
         and any(r.strategy.dp_overlap and r.strategy.dp * r.strategy.cp > 1 for r in runs),
+        "message_overhead_us": crossing["tp"] + crossing["pp"] >= RUNS_PER_PARAMETER,
     }
     free = [p for p in PARAMETERS if uses.get(p, True)]
     return free[: max(1, len(runs) // RUNS_PER_PARAMETER)]
@@ -250,6 +283,19 @@ def fit(
         )
     if not runs:
         raise InputError(f"calibrate: the dataset has no run on stack {stack.name!r}")
+    return min(fit_starts(runs, stack, free, rounds, progress, jobs), key=lambda r: r[1])
+
+
+def fit_starts(
+    runs: Sequence[MeasuredRun],
+    stack: StackProfile,
+    free: Sequence[str],
+    rounds: int = 6,
+    progress: Progress | None = None,
+    jobs: int = 1,
+) -> list[tuple[dict[str, float], float]]:
+    """(parameters, loss) of the fit from each start: the profile's values, and the middle of
+    the free parameters' bounds where that differs (fit takes the better)."""
     start = current_params(stack)
     middle = {name: (_mid(name) if name in free else value) for name, value in start.items()}
     starts = [start] if middle == start else [start, middle]
@@ -259,7 +305,56 @@ def fit(
             where = f"fitting {stack.name} to {len(runs):,} runs, start {number} of {len(starts)}"
             report = (lambda line, where=where: progress(f"{where}, {line}")) if progress else None
             results.append(_descend(problem, values, free, rounds, report))
-    return min(results, key=lambda result: result[1])
+    return results
+
+
+AT_BOUND = 1e-3
+"""A fitted parameter within this share of its range from a bound is 'on' it."""
+
+SAME_LOSS = 0.1
+"""Two starts whose losses differ by less than this share 'end on nearly the same loss'."""
+
+FAR_APART = 0.15
+"""Two fits whose values of a parameter differ by more than this share of its range disagree."""
+
+
+def fit_warnings(
+    runs: Sequence[MeasuredRun],
+    free: Sequence[str],
+    starts: list[tuple[dict[str, float], float]],
+) -> list[str]:
+    """What a user should hear about a fit (module docstring): parameters on a bound, starts
+    that disagree at the same loss, and runs that cross no node."""
+    best, loss = min(starts, key=lambda r: r[1])
+    warnings = []
+    for name in free:
+        low, high = BOUNDS[name]
+        value = best[name]
+        if min(value - low, high - value) <= AT_BOUND * (high - low):
+            side = "lower" if value - low <= high - value else "upper"
+            warnings.append(
+                f"{name} landed on its {side} bound ({value:.4g} of {low:g}-{high:g}): the runs "
+                "ask for more than the model allows, so it stands in for a term the model lacks"
+            )
+    for other, other_loss in starts:
+        if other is best or abs(other_loss - loss) > SAME_LOSS * max(loss, 1e-12):
+            continue
+        for name in free:
+            low, high = BOUNDS[name]
+            if abs(other[name] - best[name]) > FAR_APART * (high - low):
+                warnings.append(
+                    f"two fits of the same runs disagree on {name} ({best[name]:.4g} and "
+                    f"{other[name]:.4g}, losses {loss:.4f} and {other_loss:.4f}): the runs do "
+                    "not pin it down"
+                )
+    crossing = crossing_runs(runs)
+    if not any(crossing.values()):
+        warnings.append(
+            "no run sends traffic across a node: the network and per-message terms are not "
+            "informed, and plans across nodes extrapolate (measure runs whose TP, PP and DP "
+            "groups cross nodes as the plans' will)"
+        )
+    return warnings
 
 
 def runs_of_stack(dataset: Dataset, stack: StackProfile) -> list[MeasuredRun]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 import hardware_catalog
-from planner.cost.context import CostContext
+from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.knobs import Knobs
 from planner.cost.step import evaluate_terms
 from planner.errors import InputError
@@ -42,6 +42,10 @@ class MeasuredRun(BaseModel):
     job: JobSpec
     strategy: Strategy
     measured_step_time_s: float = Field(ge=lim.MIN_STEP_TIME_S, le=lim.MAX_STEP_TIME_S)
+    measured_memory_gib: float | None = Field(default=None, gt=0, le=lim.MAX_CAPACITY_GIB)
+    """The peak GPU memory the run reached, GiB, as PyTorch's caching allocator reports it
+    (``max_memory_reserved``: the CUDA context and NCCL's own buffers left out), where the
+    source states it."""
 
 
 class Dataset(BaseModel):
@@ -65,6 +69,13 @@ class RunResult(BaseModel):
     """(predicted − measured) / measured."""
     predicted_mfu: float
     measured_mfu: float
+    measured_memory_gib: float | None = None
+    predicted_memory_gib: float | None = None
+    """The model's HBM per GPU on the most loaded stage less its fixed reserve (the reserve
+    stands for the CUDA context and NCCL's buffers, which the measured peak leaves out), where
+    the run states a measured peak."""
+    memory_error: float | None = None
+    """predicted / measured memory − 1."""
 
 
 class GroupSummary(BaseModel):
@@ -72,6 +83,11 @@ class GroupSummary(BaseModel):
     runs: int
     mean_abs_error: float
     worst_abs_error: float
+    memory_runs: int = 0
+    """Runs with a measured peak memory."""
+    memory_mean_abs_error: float | None = None
+    memory_median_error: float | None = None
+    """Signed: negative where the model holds less than the run did."""
 
 
 class Validation(BaseModel):
@@ -130,6 +146,10 @@ def predict_run(run: MeasuredRun, stacks: dict[str, StackProfile]) -> RunResult:
     ctx = CostContext(model, system, run.job, stacks.get(stack.name, stack))
     terms = evaluate_terms(ctx, Knobs.from_strategy(run.strategy))
     predicted = float(terms.step_time_s)
+    memory = None
+    if run.measured_memory_gib is not None:
+        held = float(terms.hbm_bytes) - float(ctx.hbm_reserve_bytes)
+        memory = held / BYTES_PER_GIB
     return RunResult(
         id=run.id,
         group=run.group,
@@ -144,14 +164,21 @@ def predict_run(run: MeasuredRun, stacks: dict[str, StackProfile]) -> RunResult:
         error=predicted / run.measured_step_time_s - 1,
         predicted_mfu=float(terms.mfu),
         measured_mfu=float(terms.mfu) * predicted / run.measured_step_time_s,
+        measured_memory_gib=run.measured_memory_gib,
+        predicted_memory_gib=memory,
+        memory_error=None if memory is None else memory / run.measured_memory_gib - 1,
     )
 
 
 def summarize(group: str, results: list[RunResult]) -> GroupSummary:
     errors = [abs(r.error) for r in results]
+    memory = [r.memory_error for r in results if r.memory_error is not None]
     return GroupSummary(
         group=group,
         runs=len(results),
         mean_abs_error=statistics.fmean(errors),
         worst_abs_error=max(errors),
+        memory_runs=len(memory),
+        memory_mean_abs_error=statistics.fmean(abs(e) for e in memory) if memory else None,
+        memory_median_error=statistics.median(memory) if memory else None,
     )

@@ -38,6 +38,25 @@ def print_validation(console: Console, result) -> None:
     for g in [*result.groups, result.overall]:
         summary.add_row(g.group, str(g.runs), f"{g.mean_abs_error:.1%}", f"{g.worst_abs_error:.1%}")
     print_table(console, summary)
+    with_memory = [r for r in result.runs if r.memory_error is not None]
+    if with_memory:
+        memory = Table(title="Peak memory, measured and predicted (GiB)", title_justify="left")
+        for column in ("run", "measured", "predicted", "error"):
+            memory.add_column(column, justify="left" if column == "run" else "right")
+        for r in with_memory:
+            memory.add_row(
+                r.id,
+                f"{r.measured_memory_gib:.1f}",
+                f"{r.predicted_memory_gib:.1f}",
+                f"{r.memory_error:+.1%}",
+            )
+        print_table(console, memory)
+        o = result.overall
+        console.print(
+            f"memory: {o.memory_runs} runs, mean absolute error {o.memory_mean_abs_error:.1%}, "
+            f"median {o.memory_median_error:+.1%} (the model's HBM less its fixed reserve, "
+            "against the allocator's reserved peak)"
+        )
 
 
 def print_network_validation(console: Console, result) -> None:
@@ -109,9 +128,10 @@ def print_calibration(
     runs,
     written: str | None,
     profile: str = "",
+    warnings: list[str] = (),
 ) -> None:
-    """A calibration's parameters before and after, the runs' errors after it, and where the
-    calibrated profile (named ``profile``) was written."""
+    """A calibration's parameters before and after, the runs' errors after it, what the fit
+    warns of, and where the calibrated profile (named ``profile``) was written."""
     table = Table(title=f"Calibrated parameters of stack {stack}", title_justify="left")
     table.add_column("parameter")
     table.add_column("before", justify="right", no_wrap=True)
@@ -128,5 +148,7 @@ def print_calibration(
     mean = sum(abs(r.error) for r in runs) / len(runs)
     worst = max(abs(r.error) for r in runs)
     console.print(f"{len(runs)} runs: mean absolute error {mean:.1%}, worst {worst:.1%}")
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", markup=True)
     if written:
         console.print(f"calibrated stack profile {profile or stack} written to {written}")

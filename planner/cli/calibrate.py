@@ -54,7 +54,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         calibrated_name,
         current_params,
         default_free,
-        fit,
+        fit_starts,
+        fit_warnings,
         runs_of_stack,
     )
     from planner.accuracy.validation import load_dataset, validate
@@ -67,7 +68,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     runs = runs_of_stack(dataset, stack)
     free = free or default_free(runs, stack)
     jobs = args.jobs or available_cpus()
-    fitted, _ = fit(runs, stack, free, progress=slow_progress("calibrate"), jobs=jobs)
+    starts = fit_starts(runs, stack, free, progress=slow_progress("calibrate"), jobs=jobs)
+    fitted, _ = min(starts, key=lambda result: result[1])
+    warnings = fit_warnings(runs, free, starts)
     params = {name: fitted[name] for name in free}
     note = (
         f"fitted by `planner calibrate --stack {stack.name}` to the {len(runs)} runs of the "
@@ -92,10 +95,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 "after": params,
                 "runs": [r.model_dump() for r in fitted_runs],
                 "written": args.out,
+                "warnings": warnings,
             }
         )
     else:
         accuracy_report.print_calibration(
-            console, stack.name, before, params, fitted_runs, args.out, calibrated.name
+            console, stack.name, before, params, fitted_runs, args.out, calibrated.name, warnings
         )
     return EXIT_OK

@@ -117,6 +117,13 @@ def add_problem_args(parser: argparse.ArgumentParser, from_config: bool = False)
         type=number(lim.MIN_USABLE_FRACTION, 1, low_open=False),
         help="share of HBM a plan may use (default: the stack's, 0.95 but for calculon's 1)",
     )
+    parser.add_argument(
+        "--robust",
+        action="store_true",
+        default=None,
+        help="plan for the upper end of the range: messages across nodes priced 1.35x slower, "
+        "the collective model's measured error (the report shows the range)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_reliability_args(parser)
     _add_hardware_args(parser)
@@ -381,6 +388,7 @@ def job_from(args: argparse.Namespace, stated: dict[str, object] | None = None) 
         "checkpoint_mode": getattr(args, "checkpoint_mode", None),
         "checkpoint_interval": getattr(args, "checkpoint_interval", None),
         "failures": False if getattr(args, "no_failures", False) else None,
+        "robust": getattr(args, "robust", None),
     }
     fields = {**(stated or {}), **{k: v for k, v in fields.items() if v is not None}}
     try:

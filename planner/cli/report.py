@@ -129,6 +129,9 @@ def summary_table(estimate: Estimate, gpus: int) -> Table:
     table.add_row("GPUs", str(gpus))
     table.add_row("micro-batches per step", str(estimate.micro_batches))
     table.add_row("step time", f"{estimate.step_time_s:.4g} s")
+    if estimate.step_range is not None:
+        r = estimate.step_range
+        table.add_row("step time range", f"{r.low_s:.3g}-{r.high_s:.3g} s")
     table.add_row("MFU", f"{estimate.mfu:.1%}")
     table.add_row("HFU", f"{estimate.hfu:.1%}")
     table.add_row("tokens/s", f"{estimate.tokens_per_s:,.0f}")

@@ -19,6 +19,12 @@ from planner.specs import (
 from planner.specs.reliability import without_failures
 
 BYTES_PER_GIB = float(1 << 30)
+
+ROBUST_NETWORK_SCALE = 1.35
+"""The factor a robust plan slows every cross-domain message by: the collective model's mean
+absolute error on 1-64 MiB messages (TP activations, pipeline sends, small buckets) against the
+published nccl-tests curves, 34 % (`planner validate --network`, hardware_catalog/calibration/
+nccl_tests.yaml), rounded up."""
 ACTIVATION_BYTES = 2
 """Activations and weights are kept in 16-bit (bf16) also under fp8 training, whose fp8 copies
 are transient (NVIDIA Transformer Engine keeps bf16 master activations between layers)."""
@@ -100,10 +106,18 @@ class CostContext:
     system: SystemSpec
     job: JobSpec
     stack: StackProfile = field(default=None)  # type: ignore[assignment]
+    network_scale: float = field(default=None)  # type: ignore[assignment]
+    """How much slower than the model's nominal figure every message that leaves a scale-up
+    domain is taken to be: its scale-out bandwidths divided by it, latencies multiplied
+    (planner/cost/network.py). 1 unless the job is robust (ROBUST_NETWORK_SCALE); the
+    uncertainty range evaluates both ends with it (planner/cost/uncertainty.py)."""
 
     def __post_init__(self) -> None:
         if self.stack is None:
             object.__setattr__(self, "stack", _job_stack(self.job))
+        if self.network_scale is None:
+            scale = ROBUST_NETWORK_SCALE if self.job.robust else 1.0
+            object.__setattr__(self, "network_scale", scale)
         check_precision(self.job, self.system.accelerator)
 
     @property

@@ -12,8 +12,10 @@ from pydantic import BaseModel, ConfigDict
 from planner.cost.axonn_comm import TensorParallelReport, tensor_parallel_report
 from planner.cost.context import BYTES_PER_GIB, CostContext
 from planner.cost.goodput import GoodputEstimate, estimate_goodput
+from planner.cost.knobs import Knobs
 from planner.cost.memory import StageMemory
 from planner.cost.step import StepTerms
+from planner.cost.uncertainty import StepRange, step_range
 from planner.errors import InputError
 from planner.specs import Strategy
 
@@ -66,6 +68,8 @@ class Estimate(BaseModel):
     training: TrainingTime | None = None
     goodput: GoodputEstimate | None = None
     """With a token budget and a strategy: failures, checkpoints, restarts and goodput."""
+    step_range: StepRange | None = None
+    """With a strategy: where the step time can be, and why (planner/cost/uncertainty.py)."""
     tensor_parallel: TensorParallelReport | None = None
     """Under a stack that runs AxoNN's tensor parallelism (StackProfile.tp_form), with a
     strategy: its TP form, grid and communication per dimension (planner/cost/axonn_comm.py)."""
@@ -190,6 +194,7 @@ def build_estimate(
             s.pp,
             _scalar(terms.micro_batches),
         )
+    ranged = None if strategy is None else step_range(ctx, Knobs.from_strategy(strategy), gpus)
     return Estimate(
         step_time_s=step,
         mfu=_scalar(terms.mfu),
@@ -208,4 +213,5 @@ def build_estimate(
         training=training,
         goodput=goodput,
         tensor_parallel=tensor_parallel,
+        step_range=ranged,
     )

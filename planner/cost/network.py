@@ -102,11 +102,26 @@ def tier_index(ctx: CostContext, span_gpus: ArrayLike) -> np.ndarray:
     return index
 
 
+def tier_rate(ctx: CostContext, index: int) -> float:
+    """Network tier ``index``'s bytes/s per GPU: bandwidth × efficiency, divided by the
+    context's network_scale beyond the scale-up tier."""
+    tier = ctx.system.network_tiers[index]
+    scale = ctx.network_scale if index > 0 else 1.0
+    return tier.bandwidth_gbps * 1e9 * tier.efficiency / scale
+
+
+def tier_latency_s(ctx: CostContext, index: int) -> float:
+    """Network tier ``index``'s latency per step, × the context's network_scale beyond the
+    scale-up tier."""
+    scale = ctx.network_scale if index > 0 else 1.0
+    return ctx.system.network_tiers[index].latency_us * 1e-6 * scale
+
+
 def _tier_arrays(ctx: CostContext, span_gpus: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """(bytes/s, latency s) of the tier each span runs on."""
-    tiers = ctx.system.network_tiers
-    bandwidth = np.array([t.bandwidth_gbps * 1e9 * t.efficiency for t in tiers])
-    latency = np.array([t.latency_us * 1e-6 for t in tiers])
+    tiers = range(len(ctx.system.network_tiers))
+    bandwidth = np.array([tier_rate(ctx, i) for i in tiers])
+    latency = np.array([tier_latency_s(ctx, i) for i in tiers])
     index = tier_index(ctx, span_gpus)
     return bandwidth[index], latency[index]
 
@@ -148,8 +163,8 @@ def ring_bus_bytes_per_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) ->
     rate = np.full(np.shape(members[0]), np.inf)
     below = np.ones_like(members[0])
     used = _tiers_used(ctx, group, span)
-    for tier, inside, uses in zip(ctx.system.network_tiers, members, used, strict=True):
-        per_gpu = tier.bandwidth_gbps * 1e9 * tier.efficiency
+    for index, (inside, uses) in enumerate(zip(members, used, strict=True)):
+        per_gpu = tier_rate(ctx, index)
         rate = np.where(uses, np.minimum(rate, below * per_gpu), rate)
         below = inside
     return rate
@@ -161,8 +176,8 @@ def ring_latency_s(ctx: CostContext, group: ArrayLike, span: ArrayLike) -> np.nd
     multi-node ring's in-node hops to the network's per-step overhead)."""
     g = np.asarray(group, dtype=float)
     hop = np.zeros(np.shape(g * np.asarray(span, dtype=float)))
-    for tier, uses in zip(ctx.system.network_tiers, _tiers_used(ctx, g, span), strict=True):
-        hop = np.where(uses, np.maximum(hop, tier.latency_us * 1e-6), hop)
+    for index, uses in enumerate(_tiers_used(ctx, g, span)):
+        hop = np.where(uses, np.maximum(hop, tier_latency_s(ctx, index)), hop)
     return (g - 1) * hop
 
 
@@ -232,8 +247,7 @@ def all_to_all_s(
         last = i == len(ctx.system.network_tiers) - 1
         reach = g if last else np.minimum(g, np.maximum(1.0, (tier.domain_gpus or 0) // step))
         share = (reach - inside) / g * (1.0 if i == 0 else np.asarray(beyond_first_share))
-        rate = tier.bandwidth_gbps * 1e9 * tier.efficiency
-        slowest = np.maximum(slowest, share * data / rate)
+        slowest = np.maximum(slowest, share * data / tier_rate(ctx, i))
         inside = np.maximum(inside, reach)
     _, latency = _tier_arrays(ctx, g * step)
     overhead = ctx.stack.message_overhead_us * 1e-6
@@ -250,7 +264,7 @@ def point_to_point_s(
     drives NCCL's channels per network peer, not the NIC's whole rate: module docstring)."""
     bandwidth, latency = _tier_arrays(ctx, span)
     scale_out = tier_index(ctx, span) > 0
-    pair_cap = P2P_NET_CHANNELS * P2P_CHANNEL_GBPS * 1e9
+    pair_cap = P2P_NET_CHANNELS * P2P_CHANNEL_GBPS * 1e9 / ctx.network_scale
     rate = np.where(scale_out, np.minimum(bandwidth, pair_cap), bandwidth)
     per_message = latency + ctx.stack.message_overhead_us * 1e-6
     return np.asarray(messages, dtype=float) * per_message + np.asarray(nbytes, dtype=float) / rate

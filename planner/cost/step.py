@@ -84,9 +84,7 @@ from planner.cost.memory import (
     stage_memory,
     stage_params,
 )
-from planner.cost.network import (
-    all_reduce_s,
-)
+from planner.cost.network import reduce_scatter_s
 from planner.cost.offload import offload_exposed_s, offloaded_share, optimizer_step_s
 from planner.cost.parallel_comm import (
     DpCommTimes,
@@ -219,8 +217,9 @@ def block_pieces(
     column: ArrayLike = 1,
     depth: ArrayLike = 1,
 ) -> BlockPieces:
-    """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: an
-    all-reduce (or all-gather + reduce-scatter with SP, the same volume) of b·s·h·e/cp bytes
+    """Per block per micro-batch costs on one rank (b/cp of the micro-batch's tokens). TP: a
+    reduce-scatter and an all-gather (with SP; without it one all-reduce of the same volume,
+    priced as the two: one more NCCL base latency) of b·s·h·e/cp bytes
     after attention and one after a dense FFN, in the forward, the backward and a full
     recompute (and the all-gathers a per-op selective recompute re-runs:
     parallel_comm.tp_collective_passes); an MoE block's FFN has one only for its shared
@@ -242,8 +241,11 @@ def block_pieces(
     activation_bytes = ACTIVATION_BYTES * local_mb * ctx.seq_len
     ffn_collectives = 1 - m.moe_share + m.moe_share * (m.shared_experts > 0)
     scatters, gathers = tp_collective_passes(ctx, code)
-    passes = (scatters + gathers) / 2  # all-reduce equivalents: a scatter and a gather each
-    tp_raw = (1 + ffn_collectives) * passes * all_reduce_s(ctx, t, t, activation_bytes * m.hidden)
+    tensor_bytes = activation_bytes * m.hidden
+    # each collective a reduce-scatter or an all-gather of the tensor (an all-reduce without
+    # SP priced as the two, one NCCL base latency more: the TP term then does not depend on SP)
+    one_pass = reduce_scatter_s(ctx, t, t, tensor_bytes)
+    tp_raw = (1 + ffn_collectives) * (scatters + gathers) * one_pass
     tp_window = times.forward_gemm_s * (3 + (code == 2))
     hidden = np.minimum(tp_raw, tp_window)
     overlapped = tp_raw - hidden * (1 - ctx.stack.tp_overlap_contention)

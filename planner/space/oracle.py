@@ -217,6 +217,9 @@ def switch_mask(ctx: CostContext, space: SearchSpace, k: dict[str, np.ndarray]) 
     ok = np.ones(np.shape(r), dtype=bool)
     if ctx.model.is_moe:
         ok &= (t == 1) | (k["sequence_parallel"] == 1)
+    ok &= k["zero_stage"] <= ctx.stack.max_zero_stage  # rules.stack_violations
+    if not ctx.stack.interleaved_schedule:
+        ok &= v == 1
     if ctx.stack.tp_form == "axonn":  # rules.axonn_violations
         ok &= k["zero_stage"] <= 1
         ok &= k["sequence_parallel"] == 0

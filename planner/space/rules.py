@@ -79,6 +79,7 @@ def strategy_violations(
         )
     problems.extend(calculon_violations(model, job, s))
     problems.extend(axonn_violations(model, job, s))
+    problems.extend(stack_violations(job, s))
     tiers = len(system.memory_tiers) - 1
     for kind in OFFLOAD_KINDS:
         knob = f"offload_{kind}"
@@ -102,6 +103,26 @@ def calculon_arithmetic(job: JobSpec) -> bool:
     import hardware_catalog
 
     return hardware_catalog.load_stack(job.stack).arithmetic == "calculon"
+
+
+def stack_violations(job: JobSpec, s: Strategy) -> list[str]:
+    """What the job's stack does not run: an interleaved schedule where it has none
+    (StackProfile.interleaved_schedule), a ZeRO stage beyond its deepest (max_zero_stage)."""
+    import hardware_catalog
+
+    stack = hardware_catalog.load_stack(job.stack)
+    problems = []
+    if s.interleave > 1 and not stack.interleaved_schedule:
+        problems.append(
+            f"interleave = {s.interleave}: stack {stack.name!r} runs no interleaved pipeline "
+            "schedule; allowed: 1"
+        )
+    if s.zero_stage > stack.max_zero_stage:
+        problems.append(
+            f"zero_stage = {s.zero_stage}: stack {stack.name!r} implements ZeRO up to stage "
+            f"{stack.max_zero_stage}; allowed: 0..{stack.max_zero_stage}"
+        )
+    return problems
 
 
 def calculon_violations(model: ModelSpec, job: JobSpec, s: Strategy) -> list[str]:

@@ -340,10 +340,14 @@ def build_search_space(
         domains["sequence_parallel"] = (0,)
         for knob in ("offload_weights", "offload_activations", "offload_optimizer"):
             domains[knob] = (0,)
+    # what the stack runs (rules.stack_violations): the rules as domains
+    domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= stack.max_zero_stage)
+    if not stack.interleaved_schedule:
+        domains["interleave"] = (1,)
     if calculon:  # Calculon's space (rules.calculon_violations): the rules as domains
         domains["cp"] = tuple(c for c in domains["cp"] if c == 1)
         domains["zero_stage"] = tuple(z for z in domains["zero_stage"] if z <= 1)
-    if not calculon:  # Megatron-Core's embedding/loss slots need interleaves of their own
+    if not calculon and stack.interleaved_schedule:  # the slots' interleaves of their own
         domains["interleave"] = with_slot_interleaves(
             domains["interleave"], model.layers, domains["pp"], max_interleave, max_stage_skew
         )

@@ -78,6 +78,11 @@ class StackProfile(Spec):
     pp_overlap: bool = False
     """Pipeline point-to-point sends and receives run asynchronously under compute (with the
     interleaved schedule)."""
+    interleaved_schedule: bool = True
+    """The stack runs the interleaved 1F1B schedule (virtual pipeline stages, interleave > 1);
+    False: plain 1F1B only (nanotron, picotron)."""
+    max_zero_stage: int = Field(default=3, ge=0, le=3)
+    """The deepest ZeRO stage the stack implements (nanotron: ZeRO-1)."""
     pp_serial_transfers: bool = False
     """A middle pipeline stage's four transfers per micro-batch and model chunk (receive the
     activations, send them on, receive the gradients, send them back) each wait for the one
@@ -186,6 +191,10 @@ class StackProfile(Spec):
     """The low-precision weight copies are cast once per step and kept across micro-batches
     (Transformer Engine's is_first_microbatch cache), costing their bytes in memory; False:
     cast every micro-batch, nothing kept (torchao Float8Linear)."""
+    calibrated_gpus: int | None = Field(default=None, gt=0, le=lim.MAX_GPUS)
+    """The largest GPU count among the runs this profile's constants were fitted on (None: not
+    fitted on runs of its own): beyond it a prediction extrapolates, and its range widens
+    (planner/cost/uncertainty.py)."""
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -243,6 +252,10 @@ class JobSpec(Spec):
     """sync, async or in-memory checkpoints (planner.specs.reliability); None: the profile's."""
     checkpoint_interval: IntervalFormula = "daly"
     """The optimal checkpoint interval's formula: daly (Daly 2006) or young (Young 1974)."""
+    robust: bool = False
+    """Plan for the upper end of the prediction's range: every message that crosses a
+    scale-up domain priced ROBUST_NETWORK_SCALE times slower (CostContext.network_scale), the
+    collective model's measured error on mid-size messages (planner/cost/uncertainty.py)."""
     failures: bool = True
     """False: no failures and no planned interruptions (the failure-free numbers; checkpoints
     are still sized)."""

@@ -38,6 +38,7 @@ CALIBRATED_PARAMETERS = (
     "layer_overhead_us",
     "tp_overlap_contention",
     "dp_overlap_contention",
+    "message_overhead_us",
 )
 """What ``planner calibrate`` can fit of a stack profile
 (planner.accuracy.calibration.PARAMETERS)."""
