@@ -44,6 +44,9 @@ NIC) at β_1 with (g − 1)·α_1; only the bandwidth of a group with several me
 changes. All-reduce is reduce-scatter then all-gather: twice both terms.
 Every collective also pays NCCL's base latency, 8.4 µs (its Simple ring's), and the stack's
 per-message overhead (StackProfile.message_overhead_us: launch and host work, eager stacks).
+A context's network_scale (robust plans, the step-time range: planner/cost/uncertainty.py)
+divides the bandwidth of every tier beyond the scale-up one and multiplies its latency
+(tier_rate, tier_latency_s).
 
 **What NCCL's tuner would pick, and why the model does not.** NCCL chooses per call among ring
 and tree (all-reduce) and the LL, LL128 and Simple protocols by its own latency and bandwidth
