@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -392,3 +393,45 @@ def test_validate_reports_memory_where_a_run_states_its_peak(
     assert main(["validate", "--dataset", str(current), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["overall"]["memory_runs"] == len(with_peak)
+
+
+def test_calibration_learns_a_clusters_per_message_cost_from_two_node_runs() -> None:
+    """A cluster whose stack pays 150 µs per message (truth) measured on one and two nodes:
+    calibrate frees the per-message overhead (its runs send pipeline traffic across nodes),
+    recovers it, and predicts the same stack on 8 nodes better than the uncalibrated profile."""
+    base = hardware_catalog.load_stack("nanotron")
+    truth = apply_params(base, {"message_overhead_us": 150.0, "gemm_efficiency": 0.7})
+    model = hardware_catalog.load_model("llama3-8b")
+
+    def runs(gpus: int, pp: int, dps: tuple[int, ...]) -> list[MeasuredRun]:
+        made = []
+        for dp in dps:
+            job = JobSpec(global_batch=64, seq_len=4096, stack="nanotron")
+            strategy = Strategy(tp=gpus // (pp * dp), pp=pp, dp=dp, micro_batch=1)
+            run = MeasuredRun(
+                id=f"g{gpus}-pp{pp}-dp{dp}",
+                model=model,
+                system="dgx-h100",
+                gpus=gpus,
+                job=job,
+                strategy=strategy,
+                measured_step_time_s=1.0,
+            )
+            made.append(run.model_copy(update={"measured_step_time_s": predict_step_s(run, truth)}))
+        return made
+
+    small = runs(8, 2, (1, 2)) + runs(16, 2, (1, 2)) + runs(16, 4, (1, 2)) + runs(8, 4, (1, 2))
+    assert crossing_runs(small)["pp"] >= 4
+    # freed by default once there are runs enough for it (one parameter per four runs)
+    assert "message_overhead_us" in default_free(small * 3, base)
+    fitted, _ = fit(small, base, free=["gemm_efficiency", "message_overhead_us"], rounds=8)
+    assert fitted["message_overhead_us"] == pytest.approx(150.0, abs=25.0)
+    large = runs(64, 8, (1,)) + runs(64, 4, (2,))
+    calibrated = apply_params(base, fitted)
+
+    def mean_error(stack) -> float:
+        return float(
+            np.mean([abs(predict_step_s(r, stack) / r.measured_step_time_s - 1) for r in large])
+        )
+
+    assert mean_error(calibrated) < 0.5 * mean_error(base)
