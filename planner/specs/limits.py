@@ -109,6 +109,11 @@ MAX_USD = 1e12
 """Dollar amounts in a dataset or a cost query."""
 MAX_POWER_W = 10_000.0
 """Largest board power (TDP, power limit, idle power) a spec may give, in W per GPU."""
+MIN_POWER_CAP_FRACTION = 0.25
+"""Lowest power limit a spec or ``--power-cap-w`` may set, as a share of the accelerator's TDP
+(and above its idle power): the lowest limit ``nvidia-smi -pl`` accepts is about a quarter of
+the TDP (A100 SXM: 100 of 400 W; H100 SXM: 200 of 700 W). Below it the cube law would extrapolate
+to a clock near zero: a cap of 1e-9 W planned steps of hours at 0.0 % MFU."""
 
 
 def check_range(field: str, value: float, low: float, high: float, low_open: bool = False) -> None:
