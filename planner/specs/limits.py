@@ -114,6 +114,11 @@ MIN_POWER_CAP_FRACTION = 0.25
 (and above its idle power): the lowest limit ``nvidia-smi -pl`` accepts is about a quarter of
 the TDP (A100 SXM: 100 of 400 W; H100 SXM: 200 of 700 W). Below it the cube law would extrapolate
 to a clock near zero: a cap of 1e-9 W planned steps of hours at 0.0 % MFU."""
+MIN_STORAGE_GBPS = 0.01
+"""10 MB/s: the slowest checkpoint storage or host link (per node or per GPU) a reliability
+profile may state, a USB 2 stick's speed (the catalog's is 50 GB/s per node). Below it a
+checkpoint's write and read times leave the floating-point range (1e-300 GB/s overflowed the
+goodput model)."""
 
 
 def check_range(field: str, value: float, low: float, high: float, low_open: bool = False) -> None:
