@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from planner.cli import calibrate, catalog, evaluate, min_hardware, plan, plot, sweep, validate
-from planner.cli.output import EXIT_BAD_INPUT, EXIT_INTERNAL, print_error
+from planner.cli.output import EXIT_BAD_INPUT, EXIT_INTERNAL, degrade_to_encoding, print_error
 from planner.errors import InputError
 
 COMMANDS = {
@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     the solving commands import CP-SAT without pandas (planner.cli.cpsat_import)."""
     from pydantic import ValidationError
 
+    degrade_to_encoding()  # an ASCII terminal gets "..." for "…", not a UnicodeEncodeError
     try:
         args = build_parser().parse_args(argv)
         if own_process and args.command in SOLVING_COMMANDS:
