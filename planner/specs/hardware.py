@@ -178,6 +178,9 @@ def override_system(system: SystemSpec, values: dict[str, Any]) -> SystemSpec:
 SETTABLE_QUANTITIES = ("hbm", "offload-capacity", "offload-bandwidth", "scale-out-bandwidth")
 """The quantities of planner.specs.quantities.QUANTITIES that are one number of a system file
 (``with_quantity`` sets them; the GPU count and the cost are not)."""
+SWEEP_QUANTITIES = (*SETTABLE_QUANTITIES, "step-time")
+"""What ``min-hardware --sweep`` can trace a Pareto front against: a quantity it can cap
+(SETTABLE_QUANTITIES) or the step time."""
 
 
 def with_tier_capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:
