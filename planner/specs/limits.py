@@ -104,6 +104,12 @@ MAX_MEMORY_TIERS = 8
 MAX_NETWORK_TIERS = 8
 MAX_JOBS = 1024
 """Worker processes of a sweep."""
+MAX_SCENARIOS = 1_000_000
+"""Scenarios in one study (the product of its axes): past this, split the study."""
+DEFAULT_MAX_SCENARIOS = 10_000
+"""Scenarios ``planner sweep`` runs unless --max-scenarios lifts it (up to MAX_SCENARIOS): a
+plan takes seconds, so 10,000 are hours of one worker's time, and a study of 1,000,000 was
+accepted only to report "about 1074 h left"."""
 MAX_GPU_HOUR_USD = 1e6
 MAX_USD = 1e12
 """Dollar amounts in a dataset or a cost query."""

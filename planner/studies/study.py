@@ -58,10 +58,6 @@ HARDWARE_AXES = tuple(HardwareOverrides.model_fields)
 """The hardware quantities a study may vary (planner.specs.hardware)."""
 
 
-MAX_SCENARIOS = 1_000_000
-"""Scenarios in one study (the product of its axes): past this, split the study."""
-
-
 STUDY_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -230,13 +226,19 @@ class Study(BaseModel):
 
     @model_validator(mode="after")
     def _size(self) -> Study:
+        count = self.scenario_count
+        if count > lim.MAX_SCENARIOS:
+            raise ValueError(f"{count:,} scenarios; at most {lim.MAX_SCENARIOS:,} per study")
+        return self
+
+    @property
+    def scenario_count(self) -> int:
+        """Scenarios of the study: the product of its axes' lengths."""
         count = len(self.models) * len(self.systems) * len(self.gpus) * len(self.batches)
         for section in (self.job, self.model_overrides, self.hardware):
             for values in section.values():
                 count *= len(_as_axis(values))
-        if count > MAX_SCENARIOS:
-            raise ValueError(f"{count:,} scenarios; at most {MAX_SCENARIOS:,} per study")
-        return self
+        return count
 
     @model_validator(mode="after")
     def _excluded_keys(self) -> Study:
