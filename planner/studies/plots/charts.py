@@ -215,8 +215,8 @@ def describe(key: str, value: object) -> str:
         return str(value)
     if key == "gpus":
         return f"{value:,} GPUs"
-    if key == "global_batch":
-        return f"batch {value:,}"
+    if key == "global_batch":  # a row may leave it out (row_problem): say so
+        return f"batch {value:,}" if isinstance(value, int) else "batch unstated"
     if key in OVERRIDE_LABELS and isinstance(value, float | int):
         return describe_override(key, value)
     shown = f"{value:g}" if isinstance(value, float) else str(value)
