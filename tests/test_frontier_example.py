@@ -67,3 +67,16 @@ def test_each_command_prints_what_the_readme_shows(command: str) -> None:
     assert lines
     missing = [line for line in lines if line not in readme]
     assert not missing, f"README.md is out of date for `frontier.py {command}`: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"), [(["--help"], 0), ([], 2), (["nope"], 2), (["runs", "extra"], 2)]
+)
+def test_usage_follows_argparse_conventions(argv: list[str], code: int) -> None:
+    """--help exits 0, a usage error 2 with argparse's message on stderr (issue 51: both
+    exited 1)."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "frontier.py"), *argv], capture_output=True, text=True
+    )
+    assert done.returncode == code, done.stderr
+    assert "usage: frontier.py" in (done.stdout if code == 0 else done.stderr)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from planner import launch
 from planner.cli import main
+from planner.errors import InputError
 from planner.queries.evaluate import as_model, as_system, evaluate
 from planner.space.rules import strategy_violations
 from planner.specs import JobSpec, Strategy
@@ -95,6 +96,40 @@ def test_a_cached_layer_count_is_noted() -> None:
     back = launch.read("axonn", text, system)
     assert back.strategy.tp_depth == 4 and back.strategy.tp_row == 2
     assert any("costed as 0" in note for note in back.notes)
+
+
+def _axonn_text(old: str, new: str) -> str:
+    """An emitted Megatron-AxoNN configuration (tp 8 = row 2 · depth 4) with ``old`` replaced."""
+    model, system = as_model("llama2-7b"), as_system(SYSTEM)
+    strategy = Strategy(tp=8, tp_depth=4, dp=2, micro_batch=4, placement="tp-pp-dp")
+    text = launch.emit("axonn", model, system, JOB, strategy).text
+    assert old in text
+    return text.replace(old, new)
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "abc", "1e400", "1.5", ""])
+def test_a_cached_layer_count_that_is_no_whole_number_is_refused(value: str) -> None:
+    """Issue 51: -1, nan, abc, 1e400 and 1.5 were all noted as "costed as 0"."""
+    text = _axonn_text("all-gather 0", f"all-gather {value}".rstrip())
+    with pytest.raises(InputError, match="caching-weights-in-depth-tensor-parallel-all-gather"):
+        launch.read("axonn", text, as_system(SYSTEM))
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "1e400", "-1", "1.5", "4"])
+def test_a_tensor_parallel_size_beside_the_grid_must_be_its_product(value: str) -> None:
+    """Issue 51: Megatron's --tensor-model-parallel-size was dropped whatever it said; now it is
+    read as Megatron's reader reads it and must equal row·column·depth (8 here)."""
+
+    def stated(tp: str) -> str:
+        return _axonn_text("--row-tensor", f"--tensor-model-parallel-size {tp} --row-tensor")
+
+    with pytest.raises(InputError, match="--tensor-model-parallel-size = ") as error:
+        launch.read("axonn", stated(value), as_system(SYSTEM))
+    assert "\n" not in str(error.value)
+    if value in ("4", "-1"):
+        assert "contradicts the AxoNN grid row·column·depth = 2·1·4 = 8" in str(error.value)
+    good = launch.read("axonn", stated("8"), as_system(SYSTEM))
+    assert good.strategy.tp == 8 and good.strategy.tp_depth == 4
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:

@@ -1,13 +1,12 @@
 """The launch readers on the inputs a fuzz run broke them with (issue 40): infinity, a zero
 width under shared experts, deep nesting, huge counts, a 5 MB word, a mapping where a number
 belongs, zero query groups. Each is exit 2 with one line that names the flag or key and the
-value, quickly, in the table and in --json; and the Megatron word splitter reads what shlex
+value, in the table and in --json; and the Megatron word splitter reads what shlex
 reads."""
 
 from __future__ import annotations
 
 import shlex
-import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,6 @@ from planner.launch.shell import words
 
 BAD = 2
 SYSTEM = "h100-offload-512g"
-SECONDS = 10.0
-"""Each case answers well within this (all take under a second on a quiet machine)."""
 
 MEGATRON_BASE = (
     "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
@@ -177,16 +174,13 @@ def test_reader_refuses_in_one_line(
     path.write_text(text, encoding="utf-8")
     argv = ["evaluate", "--from", fmt, str(path), "--system", SYSTEM, "--global-batch", "64"]
     argv += ["--json"] if as_json else []
-    started = time.perf_counter()
     code = main(argv)
-    elapsed = time.perf_counter() - started
     out, err = capsys.readouterr()
     assert code == BAD, (name, out[-300:], err[-300:])
     assert out == ""
     assert err.startswith("planner: error: ") and err.count("\n") == 1, err[:300]
     assert len(err) < 400, err[:300]
     assert expected in err, err
-    assert elapsed < SECONDS, elapsed
 
 
 WORDS = st.text(alphabet="ab '\"\\#\n\t=-", max_size=16)
@@ -208,9 +202,12 @@ def test_megatron_words_are_shlex_words(text: str) -> None:
     assert split == expected
 
 
-def test_megatron_splitter_is_linear() -> None:
-    """16 MiB (the largest accepted file) of short words, or one word, splits in seconds."""
-    for text in ("--x " * (4 << 20), "y" * (16 << 20), '"' + "a b" * (5 << 20) + '"'):
-        started = time.perf_counter()
-        words(text)
-        assert time.perf_counter() - started < SECONDS
+def test_megatron_splitter_reads_long_inputs() -> None:
+    """A 1 MiB file of short words, one 1 MiB word and one 1.5 MiB quoted word split into the
+    words shlex would give (shlex itself is quadratic in a word's length, so it is not asked
+    here). The splitter's speed on 16 MiB inputs, the largest accepted file, is measured by
+    benchmarks/launch_splitter.py, not asserted by a unit test."""
+    count = 1 << 18
+    assert words("--x " * count) == ["--x"] * count
+    assert words("y" * (1 << 20)) == ["y" * (1 << 20)]
+    assert words('"' + "a b" * (1 << 19) + '"') == ["a b" * (1 << 19)]

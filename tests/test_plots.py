@@ -6,7 +6,6 @@ min-hardware study; then each kind drawn once."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -325,8 +324,8 @@ def test_the_output_is_refused_before_anything_is_drawn(
 def test_a_chart_past_the_drawing_limits_is_refused(
     tmp_path: Path, plan_rows: tuple[Path, list[dict]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Thousands of rows: refused in seconds, naming the limit (it was a FreeType error after
-    20 s for bars, minutes of drawing for lines)."""
+    """Thousands of rows: refused, naming the limit (it was a FreeType error after 20 s for
+    bars, minutes of drawing for lines)."""
     from planner.studies.plots import charts
 
     first = next(row for row in plan_rows[1] if row.get("step_time_s") is not None)
@@ -339,11 +338,11 @@ def test_a_chart_past_the_drawing_limits_is_refused(
         f"{charts.MAX_BARS_PER_PANEL} per panel",
         "mfu-vs-gpus": f"1,500 series (a legend entry each: a line per combination of the "
         f"varying axes); a chart draws at most {charts.MAX_SERIES}",
+        "mfu-vs-model": f"1,500 series (a legend entry each: a line per combination of the "
+        f"varying axes); a chart draws at most {charts.MAX_SERIES}",
     }
     for kind, message in limits.items():
-        started = time.perf_counter()
         assert main(["plot", str(big), "--kind", kind, "--out", str(tmp_path / "x.png")]) == 2
-        assert time.perf_counter() - started < 10
         err = capsys.readouterr().err
         assert (
             err == f"planner: error: {big}: --kind {kind}: {message}; plot a study with fewer "
@@ -400,11 +399,10 @@ def test_mfu_panels_with_no_plan_are_left_out_and_named(
 def test_a_wrong_out_fails_before_the_results_are_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`planner plot --out /nonexistent/x.png` is one line at once, whatever the results."""
-    started = time.perf_counter()
+    """`planner plot --out /nonexistent/x.png` is one line, whatever the results (the results
+    folder does not exist either: the target is checked first)."""
     argv = ["plot", str(tmp_path / "no-results"), "--kind", "breakdown"]
     assert main([*argv, "--out", str(tmp_path / "nowhere" / "x.png")]) == 2
-    assert time.perf_counter() - started < 2
     err = capsys.readouterr().err
     assert err == f"planner: error: --out {tmp_path / 'nowhere' / 'x.png'}: no folder " + (
         f"{tmp_path / 'nowhere'}\n"

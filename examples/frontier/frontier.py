@@ -12,7 +12,7 @@ the stack is hardware_catalog/stacks/megatron-deepspeed-rocm.yaml, the system fr
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import hardware_catalog
@@ -170,8 +170,19 @@ def loo() -> None:
         print(f"  {key:5} left out: fit {params['gemm_efficiency']:.3f} on the others; {errors}")
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """Run the command named on the command line: usage errors exit 2, ``--help`` exits 0
+    (argparse's conventions)."""
     commands = {"runs": runs, "scaling": scaling, "optimum": optimum, "loo": loo}
-    if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        sys.exit(f"usage: python {sys.argv[0]} {{{'|'.join(commands)}}}")
-    commands[sys.argv[1]]()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "command",
+        choices=list(commands),
+        help="runs: measured vs predicted; scaling: weak and strong scaling; optimum: planner's "
+        "own optimum; loo: the calibrated constant, left out model by model",
+    )
+    commands[parser.parse_args(argv).command]()
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import hardware_catalog
 from planner.cost.context import BYTES_PER_GIB, CostContext
@@ -32,6 +32,7 @@ class MeasuredRun(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     id: str
+    """The run's name, unique in its dataset: not empty, not only blanks."""
     group: str = "user"
     source_key: str = ""
     """The publication or benchmark table the run comes from: cross-validation leaves one
@@ -47,11 +48,33 @@ class MeasuredRun(BaseModel):
     (``max_memory_reserved``: the CUDA context and NCCL's own buffers left out), where the
     source states it."""
 
+    @field_validator("id")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("allowed: a name with at least one visible character")
+        return value
+
 
 class Dataset(BaseModel):
+    """Measured runs, each with its own non-empty id (results, calibration and
+    cross-validation are keyed by it: a repeated id counted one run twice)."""
+
     model_config = ConfigDict(extra="allow", frozen=True)
 
     runs: tuple[MeasuredRun, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _ids_unique(self) -> Dataset:
+        seen: dict[str, int] = {}
+        for index, run in enumerate(self.runs):
+            if run.id in seen:
+                raise ValueError(
+                    f"runs.{index}.id = {run.id!r}: already the id of runs.{seen[run.id]}; "
+                    "allowed: an id no other run has"
+                )
+            seen[run.id] = index
+        return self
 
 
 class RunResult(BaseModel):

@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from planner.cli import calibrate, catalog, evaluate, min_hardware, plan, plot, sweep, validate
-from planner.cli.output import EXIT_BAD_INPUT, EXIT_INTERNAL, print_error
+from planner.cli.output import EXIT_BAD_INPUT, EXIT_INTERNAL, degrade_to_encoding, print_error
 from planner.errors import InputError
 
 COMMANDS = {
@@ -43,8 +44,21 @@ COMMANDS = {
 order of `planner --help`."""
 
 
+NEGATIVE_NUMBER = re.compile(
+    r"^-(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE
+)
+"""What argparse takes as a flag's value rather than an unknown option: a negative number in
+any spelling float() reads (argparse's own pattern misses -1e5, -inf and -nan, so
+``--train-tokens -inf`` said "expected one argument" instead of naming the allowed range)."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line, exit code 2."""
+    """argparse that reports a usage error as one line, exit code 2, and reads a negative
+    number (NEGATIVE_NUMBER) as a flag's value."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(f"{message} (see `{self.prog} --help`)")
@@ -73,6 +87,7 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     the solving commands import CP-SAT without pandas (planner.cli.cpsat_import)."""
     from pydantic import ValidationError
 
+    degrade_to_encoding()  # an ASCII terminal gets "..." for "…", not a UnicodeEncodeError
     try:
         args = build_parser().parse_args(argv)
         if own_process and args.command in SOLVING_COMMANDS:

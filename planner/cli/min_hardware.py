@@ -20,6 +20,7 @@ from planner.cli.options import (
 from planner.cli.output import EXIT_INFEASIBLE, EXIT_OK, EXIT_TIME_LIMIT, print_json
 from planner.errors import InputError
 from planner.specs import limits as lim
+from planner.specs.hardware import SWEEP_QUANTITIES
 from planner.specs.quantities import QUANTITIES
 
 if TYPE_CHECKING:
@@ -66,8 +67,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     hardware_cmd.add_argument(
         "--sweep",
-        choices=[q for q in QUANTITIES if q not in ("cost", "checkpoint-bandwidth")]
-        + ["step-time"],
+        choices=SWEEP_QUANTITIES,
         help="also trace the Pareto front against this quantity",
     )
     hardware_cmd.add_argument(
@@ -113,9 +113,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from planner.cli import report
     from planner.queries.evaluate import as_model
     from planner.queries.min_hardware import min_hardware
-    from planner.queries.pareto import pareto
+    from planner.queries.pareto import check_sweep, pareto
     from planner.space.search_space import parse_pin
 
+    if args.sweep:  # before any solve
+        check_sweep(args.minimize, args.sweep)
     model, system = as_model(args.model), system_from(args)
     job = job_from(args)
     args.seq_len_resolved = job.seq_len_for(model)

@@ -52,12 +52,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     """`planner plot` with the parsed ``args``; its exit code."""
     from pathlib import Path
 
+    from planner.errors import InputError
     from planner.studies.plots import plot
 
+    if args.out is not None and not args.out.strip():
+        raise InputError(
+            f"--out {args.out!r}: an empty file name; name an image file (.png or .svg), or "
+            "leave --out out for RESULTS/KIND.png"
+        )
     path = plot(
         Path(args.results),
         args.kind,
-        Path(args.out) if args.out else None,
+        Path(args.out) if args.out is not None else None,
         mfu_lines=tuple(args.mfu_line),
         gbps_lines=tuple(args.gbps_line),
         gib_lines=tuple(args.gib_line),

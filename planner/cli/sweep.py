@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from planner.cli.arg_types import whole
 from planner.cli.output import EXIT_OK
+from planner.errors import InputError
 from planner.specs import limits as lim
 from planner.specs.quantities import SWEEP_BACKENDS
 
@@ -38,6 +39,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--address",
         help="with --backend ray: the cluster to join (HOST:PORT of its head, ray://HOST:PORT "
         "or auto); default: a local Ray instance for this sweep",
+    )
+    sweep_cmd.add_argument(
+        "--max-scenarios",
+        type=whole(1, lim.MAX_SCENARIOS),
+        default=lim.DEFAULT_MAX_SCENARIOS,
+        metavar="N",
+        help=f"refuse a study of more than N scenarios before running any (default "
+        f"{lim.DEFAULT_MAX_SCENARIOS:,}; at most {lim.MAX_SCENARIOS:,})",
     )
     sweep_cmd.add_argument(
         "--diagnose",
@@ -101,6 +110,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from planner.studies.sweep import run_study
 
     study = load_study(args.study)
+    if study.scenario_count > args.max_scenarios:
+        raise InputError(
+            f"study {study.name!r}: {study.scenario_count:,} scenarios, more than --max-scenarios "
+            f"{args.max_scenarios:,} (each is a plan of seconds); allowed: split the study, or "
+            f"pass --max-scenarios {study.scenario_count} to run them all"
+        )
     if args.diagnose:
         study = study.model_copy(update={"diagnose": True})
     out = Path(args.out)

@@ -63,7 +63,9 @@ from pydantic import BaseModel, ConfigDict
 from planner.cost.context import ACTIVATION_BYTES, BYTES_PER_GIB, CostContext
 from planner.cost.experts import expert_dp_size
 from planner.cost.memory import STAGES, model_state
+from planner.errors import InputError
 from planner.specs import CheckpointMode, IntervalFormula, ReliabilityProfile, Strategy
+from planner.specs import limits as lim
 from planner.specs.reliability import failure_rates_per_hour, job_nodes
 
 SECONDS_PER_DAY = 86400.0
@@ -143,7 +145,10 @@ def goodput_exponential(
     if math.isinf(interval):
         return 0.0
     m = mtbf_s
-    wall = m * math.exp((restart_s + latency_s) / m) * math.expm1((interval + delta_s) / m)
+    try:
+        wall = m * math.exp((restart_s + latency_s) / m) * math.expm1((interval + delta_s) / m)
+    except OverflowError:  # e^(x) past 1.8e308: the job restarts forever, no useful work
+        return 0.0
     return interval / wall * planned
 
 
@@ -301,6 +306,19 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _check_finite_times(profile: ReliabilityProfile, **times_s: float) -> None:
+    """A one-line InputError unless every checkpoint time is finite: the profile's ranges
+    (planner.specs.reliability, limits.MIN_STORAGE_GBPS) keep them so; this only guards a
+    combination they did not foresee."""
+    for name, seconds in times_s.items():
+        if not math.isfinite(seconds):
+            raise InputError(
+                f"reliability profile {profile.name!r}: checkpoint {name.removesuffix('_s')} "
+                f"time = {seconds!r} s is not finite; a storage or host-link bandwidth is "
+                f"outside the goodput model's range (at least {lim.MIN_STORAGE_GBPS:g} GB/s)"
+            )
+
+
 def checkpoint_mode(
     ctx: CostContext, profile: ReliabilityProfile, mode: CheckpointMode | None = None
 ) -> CheckpointMode:
@@ -371,6 +389,7 @@ def estimate_goodput(
             steps = math.ceil(write_s / step_time_s)
             tau = steps * step_time_s
 
+    _check_finite_times(profile, write_s=write_s, read_s=read_s, stall_s=delta_s)
     planned_per_s = profile.failures.planned_per_day / SECONDS_PER_DAY
     terms = waste_terms(tau, delta_s, mtbf_s, restart_s, latency_s, planned_per_s)
     goodput = goodput_first_order(terms)
@@ -382,8 +401,8 @@ def estimate_goodput(
         tokens_per_step = ctx.job.global_batch * ctx.seq_len
         ideal_s = tokens / tokens_per_step * step_time_s
         ideal_days = ideal_s / SECONDS_PER_DAY
-        if goodput > 0:
-            effective_s = ideal_s / goodput
+        effective_s = ideal_s / goodput if goodput > 0 else math.inf
+        if math.isfinite(effective_s):  # a goodput of 1e-300 never trains either
             effective_days = effective_s / SECONDS_PER_DAY
             gpu_hours = gpus * effective_s / SECONDS_PER_HOUR
             expected = effective_s / mtbf_s if not math.isinf(mtbf_s) else 0.0

@@ -120,8 +120,10 @@ def read(text: str, system: SystemSpec) -> Parsed:
         values = flags.get(flag) or ["1"]
         sizes[knob] = megatron._Args({flag: values}).whole(flag, 1)
     overlap = any(flag in flags for flag in OVERLAP_FLAGS)
-    cached = flags.get(CACHE_FLAG, ["0"])
-    skip = {*GRID_FLAGS.values(), *OVERLAP_FLAGS, CACHE_FLAG}
+    cached = _cached_layers(flags)
+    tp = sizes["row"] * sizes["tp_column"] * sizes["tp_depth"]
+    _check_stated_tp(flags, sizes, tp)
+    skip = {*GRID_FLAGS.values(), *OVERLAP_FLAGS, CACHE_FLAG, megatron.FLAGS["tp"]}
     kept: list[str] = []
     dropping = False
     for token in tokens:
@@ -129,7 +131,6 @@ def read(text: str, system: SystemSpec) -> Parsed:
             dropping = token in skip
         if not dropping:
             kept.append(token)
-    tp = sizes["row"] * sizes["tp_column"] * sizes["tp_depth"]
     kept += [megatron.FLAGS["tp"], str(tp), megatron.FLAGS["placement"]]
     if overlap:
         kept.append(megatron.FLAGS["tp_overlap"])
@@ -137,9 +138,40 @@ def read(text: str, system: SystemSpec) -> Parsed:
     parsed.fmt = FORMAT
     parsed.knobs.update(tp_column=sizes["tp_column"], tp_depth=sizes["tp_depth"])
     parsed.job["stack"] = STACK
-    if cached not in ([], ["0"]):
+    if cached:
         parsed.notes.append(
-            f"{CACHE_FLAG} {' '.join(cached)}: costed as 0 (planner keeps no gathered weights "
-            "across the step)"
+            f"{CACHE_FLAG} {cached}: costed as 0 (planner keeps no gathered weights across the "
+            "step)"
         )
     return parsed
+
+
+def _cached_layers(flags: dict[str, list[str]]) -> int:
+    """The layers whose depth-gathered weights AxoNN caches (CACHE_FLAG; 0 when absent): a
+    whole number ≥ 0, else a one-line InputError (-1, nan, 1.5 or abc read as 0 before)."""
+    if CACHE_FLAG not in flags:
+        return 0
+    layers = megatron._Args(flags).whole(CACHE_FLAG, 0) or 0
+    if layers < 0:
+        raise InputError(
+            f"megatron argument {CACHE_FLAG} = {layers}: allowed: a whole number of layers, 0 "
+            "or more"
+        )
+    return layers
+
+
+def _check_stated_tp(flags: dict[str, list[str]], sizes: dict[str, int], tp: int) -> None:
+    """A one-line InputError unless Megatron's --tensor-model-parallel-size, where given, is a
+    whole number equal to the grid's row·column·depth (Megatron-AxoNN sets it to that product,
+    arguments.py:63, so another value is a misread configuration, not a setting)."""
+    flag = megatron.FLAGS["tp"]
+    if flag not in flags:
+        return
+    stated = megatron._Args(flags).whole(flag)
+    if stated != tp:
+        grid = "·".join(str(sizes[knob]) for knob in ("row", "tp_column", "tp_depth"))
+        raise InputError(
+            f"megatron argument {flag} = {stated}: contradicts the AxoNN grid row·column·depth "
+            f"= {grid} = {tp}; allowed: {tp}, or leave it out (Megatron-AxoNN sets it to the "
+            "grid's product)"
+        )

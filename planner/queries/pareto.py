@@ -18,7 +18,7 @@ from planner.queries.plan import check_limits
 from planner.queries.solving import Budget
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 from planner.specs import limits as lim
-from planner.specs.hardware import SETTABLE_QUANTITIES, with_quantity
+from planner.specs.hardware import SWEEP_QUANTITIES, with_quantity
 
 
 class ParetoPoint(BaseModel):
@@ -37,6 +37,17 @@ UNBOUNDED = {
     "scale-out-bandwidth": 10000.0,
 }
 """Generous values of the minimised quantity while the other one's least value is found."""
+
+
+def check_sweep(first: str, second: str) -> None:
+    """A one-line InputError, before any solve, unless ``second`` (--sweep) is a quantity a
+    front can be traced against (SWEEP_QUANTITIES) other than ``first`` (--minimize), listing
+    those allowed (the GPU count failed only after the first query's solve)."""
+    allowed = [q for q in SWEEP_QUANTITIES if q != first]
+    if second not in allowed:
+        why = "the quantity --minimize minimises" if second == first else "not one it can cap"
+        listed = ", ".join(allowed)
+        raise InputError(f"--sweep {second}: {why}; allowed with --minimize {first}: {listed}")
 
 
 def pareto(
@@ -59,8 +70,7 @@ def pareto(
     searched are left out of the front."""
     model_spec, system_spec = as_model(model), as_system(system)
     target = target or PerformanceTarget()
-    if second == first:
-        raise InputError(f"--sweep {second}: choose a quantity other than --minimize")
+    check_sweep(first, second)
     check_limits(time_limit_s, work_limit)
     budget = Budget.of(work_limit, time_limit_s)
 
@@ -110,8 +120,6 @@ def pareto(
         if second == "step-time":
             bound = min(cap, target.max_step_s) if target.max_step_s else cap
             capped_target = PerformanceTarget(max_step_s=bound, min_mfu=target.min_mfu)
-        elif second not in SETTABLE_QUANTITIES:
-            raise InputError(f"--sweep {second}: cannot cap this quantity")
         else:
             capped_system = with_quantity(system_spec, second, cap)
         result = least(capped_system, first, capped_target)

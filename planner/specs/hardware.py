@@ -90,6 +90,7 @@ class HardwareOverrides(BaseModel):
                     f"--power-cap-w {self.power_cap_w:g}: system {system.name!r} gives no tdp_w "
                     "for its accelerator, which a power limit is relative to"
                 )
+            self._check_power_cap(system)
             data["accelerator"]["power_cap_w"] = self.power_cap_w
         data["name"] = f"{system.name} ({self.describe()})"
         try:
@@ -99,6 +100,24 @@ class HardwareOverrides(BaseModel):
             flags = " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in given.items())
             invalid = f"system {system.name!r} would be invalid"
             raise InputError(f"{flags}: {invalid}: {reason}") from None
+
+    def _check_power_cap(self, system: SystemSpec) -> None:
+        """A one-line InputError unless --power-cap-w lies in [MIN_POWER_CAP_FRACTION · TDP,
+        MAX_POWER_W] and above the accelerator's idle power."""
+        accelerator = system.accelerator
+        lowest_w = accelerator.lowest_power_cap_w
+        cap_w = self.power_cap_w
+        if cap_w is None or lowest_w is None:
+            return
+        if cap_w < lowest_w or cap_w <= accelerator.idle_power_w:
+            idle_w = accelerator.idle_power_w
+            idle = f", above its idle power {idle_w:g} W" if idle_w else ""
+            raise InputError(
+                f"--power-cap-w {cap_w:g}: allowed range on system {system.name!r} is "
+                f"[{lowest_w:g}, {lim.MAX_POWER_W:g}] W ({lim.MIN_POWER_CAP_FRACTION:g} of its "
+                f"accelerator's tdp_w {accelerator.tdp_w:g} W, the lowest limit nvidia-smi "
+                f"sets{idle})"
+            )
 
     def _new_offload_tier(self, system: SystemSpec) -> dict[str, Any]:
         if self.offload_gib is None or self.offload_gbps is None:
@@ -159,6 +178,9 @@ def override_system(system: SystemSpec, values: dict[str, Any]) -> SystemSpec:
 SETTABLE_QUANTITIES = ("hbm", "offload-capacity", "offload-bandwidth", "scale-out-bandwidth")
 """The quantities of planner.specs.quantities.QUANTITIES that are one number of a system file
 (``with_quantity`` sets them; the GPU count and the cost are not)."""
+SWEEP_QUANTITIES = (*SETTABLE_QUANTITIES, "step-time")
+"""What ``min-hardware --sweep`` can trace a Pareto front against: a quantity it can cap
+(SETTABLE_QUANTITIES) or the step time."""
 
 
 def with_tier_capacity(system: SystemSpec, tier: int, gib: float) -> SystemSpec:

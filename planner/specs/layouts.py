@@ -27,31 +27,75 @@ from planner.errors import InputError
 _REPEAT_GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")
 _REPEAT_CHAR = re.compile(r"(.)\*(\d+)")
 
+MAX_LAYOUT_CHARS = 1 << 16
+"""Longest layout string, as given and once its repetitions are unrolled (65,536 characters):
+a layout holds at most planner.specs.limits.MAX_LAYERS blocks, an embedding, a loss and one
+``|`` per virtual stage, far fewer. Checked before any repetition is unrolled, so that
+``t*99999999999`` is an input error, not a string of a hundred gigabytes."""
+
+
+def _unrolled(text: str, flat: str, pattern: re.Pattern[str]) -> str:
+    """``flat`` with every repetition of ``pattern`` unrolled, once its unrolled length is known
+    to stay within MAX_LAYOUT_CHARS (the counts are read as digits, never multiplied out past
+    it); a one-line InputError otherwise."""
+    length = len(flat)
+    for match in pattern.finditer(flat):
+        length += len(match.group(1)) * _count(match.group(2)) - len(match.group(0))
+        if length > MAX_LAYOUT_CHARS:
+            raise InputError(
+                f"pipeline layout {_shown(text)}: unrolls to more than {MAX_LAYOUT_CHARS:,} "
+                f"characters (repetition {_shown(match.group(0))}); allowed: at most "
+                f"{MAX_LAYOUT_CHARS:,}, i.e. repetition counts no larger than the blocks and "
+                "stages a model has"
+            )
+    return pattern.sub(lambda match: match.group(1) * _count(match.group(2)), flat)
+
+
+def _count(digits: str) -> int:
+    """A repetition count, read as at most MAX_LAYOUT_CHARS + 1 (longer digit strings are not
+    converted: Python refuses ints of more than 4,300 digits)."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_LAYOUT_CHARS)):
+        return MAX_LAYOUT_CHARS + 1
+    return min(int(digits), MAX_LAYOUT_CHARS + 1)
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``repr(text)``, cut to ``limit`` characters with an ellipsis (a one-line message)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
 
 def parse_megatron_layout(text: str, pp: int) -> tuple[int, ...]:
     """Blocks per virtual stage of a ``--pipeline-model-parallel-layout`` string (Megatron-Core's
     PipelineParallelLayerLayout.parse_str_to_list: commas dropped, ``(...)*n`` then ``x*n``
     unrolled, stages split at ``|``). The embedding must open the first stage's list and the loss
     close the last's (validate_layer_layout); multi-token-prediction layers (``m``) are not
-    modelled. One-line InputError otherwise."""
+    modelled. The string, as given and unrolled, is at most MAX_LAYOUT_CHARS long. One-line
+    InputError otherwise."""
+    if len(text) > MAX_LAYOUT_CHARS:
+        raise InputError(
+            f"pipeline layout {_shown(text)}: {len(text):,} characters; allowed: at most "
+            f"{MAX_LAYOUT_CHARS:,}"
+        )
     flat = text.replace(",", "")
     for pattern in (_REPEAT_GROUP, _REPEAT_CHAR):
-        flat = pattern.sub(lambda match: match.group(1) * int(match.group(2)), flat)
+        flat = _unrolled(text, flat, pattern)
     stages = flat.split("|")
     bad = sorted(set(flat) - set("EtL|"))
     if bad:
         raise InputError(
-            f"pipeline layout {text!r}: unknown layer characters {bad}; allowed: E, t, L "
+            f"pipeline layout {_shown(text)}: unknown layer characters {bad}; allowed: E, t, L "
             "(multi-token prediction 'm' is not modelled)"
         )
     if flat.count("E") != 1 or flat.count("L") != 1 or flat[0] != "E" or flat[-1] != "L":
         raise InputError(
-            f"pipeline layout {text!r}: the embedding E must open it and the loss L close it, "
-            "once each"
+            f"pipeline layout {_shown(text)}: the embedding E must open it and the loss L "
+            "close it, once each"
         )
     if len(stages) % pp:
         raise InputError(
-            f"pipeline layout {text!r}: {len(stages)} virtual stages, not a multiple of pp = {pp}"
+            f"pipeline layout {_shown(text)}: {len(stages)} virtual stages, not a multiple of "
+            f"pp = {pp}"
         )
     return tuple(stage.count("t") for stage in stages)
 

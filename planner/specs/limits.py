@@ -104,11 +104,27 @@ MAX_MEMORY_TIERS = 8
 MAX_NETWORK_TIERS = 8
 MAX_JOBS = 1024
 """Worker processes of a sweep."""
+MAX_SCENARIOS = 1_000_000
+"""Scenarios in one study (the product of its axes): past this, split the study."""
+DEFAULT_MAX_SCENARIOS = 10_000
+"""Scenarios ``planner sweep`` runs unless --max-scenarios lifts it (up to MAX_SCENARIOS): a
+plan takes seconds, so 10,000 are hours of one worker's time, and a study of 1,000,000 was
+accepted only to report "about 1074 h left"."""
 MAX_GPU_HOUR_USD = 1e6
 MAX_USD = 1e12
 """Dollar amounts in a dataset or a cost query."""
 MAX_POWER_W = 10_000.0
 """Largest board power (TDP, power limit, idle power) a spec may give, in W per GPU."""
+MIN_POWER_CAP_FRACTION = 0.25
+"""Lowest power limit a spec or ``--power-cap-w`` may set, as a share of the accelerator's TDP
+(and above its idle power): the lowest limit ``nvidia-smi -pl`` accepts is about a quarter of
+the TDP (A100 SXM: 100 of 400 W; H100 SXM: 200 of 700 W). Below it the cube law would extrapolate
+to a clock near zero: a cap of 1e-9 W planned steps of hours at 0.0 % MFU."""
+MIN_STORAGE_GBPS = 0.01
+"""10 MB/s: the slowest checkpoint storage or host link (per node or per GPU) a reliability
+profile may state, a USB 2 stick's speed (the catalog's is 50 GB/s per node). Below it a
+checkpoint's write and read times leave the floating-point range (1e-300 GB/s overflowed the
+goodput model)."""
 
 
 def check_range(field: str, value: float, low: float, high: float, low_open: bool = False) -> None:

@@ -33,6 +33,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from planner.specs import limits as lim
 from planner.specs.base import Spec
 
 CheckpointMode = Literal["sync", "async", "in-memory"]
@@ -80,18 +81,19 @@ class FailureRates(Spec):
 
 class CheckpointStorage(Spec):
     """Where checkpoints go and how fast: the parallel file system (per node and in
-    aggregate) and the host link a GPU copies its shard over (async and in-memory modes)."""
+    aggregate) and the host link a GPU copies its shard over (async and in-memory modes).
+    Every bandwidth is at least planner.specs.limits.MIN_STORAGE_GBPS (10 MB/s)."""
 
     name: str = "storage"
-    write_gbps_per_node: float = Field(gt=0, le=1e5)
+    write_gbps_per_node: float = Field(ge=lim.MIN_STORAGE_GBPS, le=1e5)
     """What one node can write to the file system, GB/s (its storage NICs)."""
-    read_gbps_per_node: float = Field(gt=0, le=1e5)
+    read_gbps_per_node: float = Field(ge=lim.MIN_STORAGE_GBPS, le=1e5)
     """What one node can read from the file system, GB/s."""
-    aggregate_write_gbps: float | None = Field(default=None, gt=0, le=1e8)
+    aggregate_write_gbps: float | None = Field(default=None, ge=lim.MIN_STORAGE_GBPS, le=1e8)
     """The file system's total write bandwidth for this job, GB/s (None: no cap)."""
-    aggregate_read_gbps: float | None = Field(default=None, gt=0, le=1e8)
+    aggregate_read_gbps: float | None = Field(default=None, ge=lim.MIN_STORAGE_GBPS, le=1e8)
     """The file system's total read bandwidth for this job, GB/s (None: no cap)."""
-    host_link_gbps: float = Field(gt=0, le=1e5)
+    host_link_gbps: float = Field(ge=lim.MIN_STORAGE_GBPS, le=1e5)
     """GPU → host memory copy bandwidth per GPU, GB/s, used for the async stall when the system
     has no offload tier (PCIe Gen5 x16 on H100 SXM)."""
     fully_parallel_save: bool = False

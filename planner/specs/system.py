@@ -99,7 +99,21 @@ class AcceleratorSpec(Spec):
                 raise ValueError(
                     f"idle_power_w {self.idle_power_w:g} must be below {field} {watts:g}"
                 )
+        lowest_w = self.lowest_power_cap_w
+        if self.power_cap_w is not None and lowest_w is not None and self.power_cap_w < lowest_w:
+            raise ValueError(
+                f"power_cap_w = {self.power_cap_w:g} W: allowed range is [{lowest_w:g}, "
+                f"{lim.MAX_POWER_W:g}] W ({lim.MIN_POWER_CAP_FRACTION:g} of tdp_w "
+                f"{self.tdp_w:g} W, the lowest limit nvidia-smi sets, and above idle_power_w "
+                f"{self.idle_power_w:g} W)"
+            )
         return self
+
+    @property
+    def lowest_power_cap_w(self) -> float | None:
+        """The lowest power limit this accelerator takes: MIN_POWER_CAP_FRACTION of its TDP
+        (None without a TDP); the idle power must also lie below the limit."""
+        return None if self.tdp_w is None else lim.MIN_POWER_CAP_FRACTION * self.tdp_w
 
     def matmul_scale(self, fmt: str) -> float:
         """The format's GEMM plateau over bf16's (matmul_efficiency_scale; 1 if unlisted)."""

@@ -46,9 +46,13 @@ def chart(
         raise InputError(f"--kind {kind!r}: allowed: {', '.join(KINDS)}")
     if not results.is_dir():
         raise InputError(f"{results}: no such results folder (a sweep's --out)")
-    rows = _rows(results, warn)
+    left_out: list[str] = []
+    rows = _rows(results, left_out.append)
     if not any(r.get("step_time_s") is not None for r in rows):
-        raise InputError(f"{results}: no finished feasible rows to plot (run planner sweep)")
+        why = left_out[0].removeprefix(f"{results}: ") if left_out else "run planner sweep"
+        raise InputError(f"{results}: no finished feasible rows to plot; {why}")
+    for note in left_out if warn is not None else ():
+        warn(note)
     study = read_study(results)
     if study is not None:  # the study's order, not the order in which workers finished
         order = {s["id"]: i for i, s in enumerate(scenarios(study))}

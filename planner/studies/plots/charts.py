@@ -18,7 +18,7 @@ from typing import Any
 
 from planner.errors import InputError
 from planner.specs.hardware import OVERRIDE_LABELS, describe_override
-from planner.studies.study import HARDWARE_AXES, JOB_AXES, Study, scenario_model
+from planner.studies.study import HARDWARE_AXES, JOB_AXES, Study, model_params
 
 TIME_TERMS = (
     "forward",
@@ -75,12 +75,20 @@ NUMBER_SUFFIXES = ("_s", "_gib", "_gbps")
 """Row keys whose values a chart reads as numbers (times, memory, bandwidths, the scenario's
 counts); every other key is shown as text."""
 TEXT_KEYS = ("id", "model", "system", "status")
+SHARE_KEYS = ("mfu", "goodput")
+"""Number keys that are shares of a whole, in [0, 1]."""
+MAX_ROW_NUMBER = 1e18
+"""Largest number a chart takes from a row (the others lie in [0, MAX_ROW_NUMBER]): far past
+any time, memory, bandwidth or count planner writes (limits.MAX_TRAIN_TOKENS is 1e18), and
+far enough inside the floating-point range that axis limits stay finite (a row's 1e308 made
+them infinite)."""
 
 
 def row_problem(row: dict[str, Any]) -> str:
     """Why a chart cannot place ``row`` ('' if it can): the scenario's names are text, the GPU
-    count and batch whole numbers, every number key a finite number or empty, and a feasible row
-    (one with a step time) has a positive step time and its MFU."""
+    count and batch whole numbers, every number key a finite number in [0, MAX_ROW_NUMBER]
+    (a share, SHARE_KEYS, in [0, 1]) or empty, and a feasible row (one with a step time) has a
+    positive step time and its MFU."""
     for key in TEXT_KEYS:
         if not isinstance(row.get(key), str):
             return f"{key} = {row.get(key)!r} is not a name"
@@ -92,6 +100,9 @@ def row_problem(row: dict[str, Any]) -> str:
         numeric = key in NUMBER_KEYS or key.endswith(NUMBER_SUFFIXES)
         if numeric and value is not None and not _finite(value):
             return f"{key} = {value!r} is not a finite number"
+        high = 1.0 if key in SHARE_KEYS else MAX_ROW_NUMBER
+        if numeric and value is not None and not 0 <= value <= high:
+            return f"{key} = {value!r} is outside the allowed range [0, {high:g}]"
     if row.get("step_time_s") is not None and row.get("mfu") is None:
         return "a step time without its mfu"
     if row.get("step_time_s") is not None and not row["step_time_s"] > 0:
@@ -204,8 +215,8 @@ def describe(key: str, value: object) -> str:
         return str(value)
     if key == "gpus":
         return f"{value:,} GPUs"
-    if key == "global_batch":
-        return f"batch {value:,}"
+    if key == "global_batch":  # a row may leave it out (row_problem): say so
+        return f"batch {value:,}" if isinstance(value, int) else "batch unstated"
     if key in OVERRIDE_LABELS and isinstance(value, float | int):
         return describe_override(key, value)
     shown = f"{value:g}" if isinstance(value, float) else str(value)
@@ -346,14 +357,14 @@ def model_unit(rows: list[dict[str, Any]]) -> tuple[float, str, str]:
     """(parameters per unit, unit name, suffix) for the models of ``rows``: trillions where the
     largest has at least 10¹² parameters, else billions, so an 8B–405B study does not read
     "trillions" under its axis."""
-    largest = max(scenario_model(r).params for r in rows)
+    largest = max(model_params(r) for r in rows)
     return (1e12, "trillions", "T") if largest >= 1e12 else (1e9, "billions", "B")
 
 
 def _model_ticks(rows: list[dict[str, Any]]) -> tuple[tuple[float, str], ...]:
     """Each model's size in the rows' unit (model_unit), named by the model and its size."""
     scale, _, suffix = model_unit(rows)
-    sizes = {str(r["model"]): scenario_model(r).params / scale for r in rows}
+    sizes = {str(r["model"]): model_params(r) / scale for r in rows}
     return tuple(sorted((size, f"{name}\n{size:.3g}{suffix}") for name, size in sizes.items()))
 
 
@@ -379,7 +390,7 @@ def least_hardware(
     unreachable: list[str] = []
     for text, members in _groups(rows, lambda r: label(r, keys, f"least {quantity}")).items():
         points = sorted(
-            (scenario_model(r).params / scale, float(r["minimum"]), r["id"])
+            (model_params(r) / scale, float(r["minimum"]), r["id"])
             for r in members
             if r.get("minimum") is not None
         )
@@ -433,12 +444,13 @@ def mfu_vs_model(
     """MFU against model size: a panel per GPU count, a line per combination of the other
     varying keys (assumptions, batch, hardware), the models named on the axis; ``mfu_lines`` as
     reference lines."""
+    scale, unit, _ = model_unit(rows)
     panels, empty = _mfu_panels(
         rows,
         mfu_lines,
         panel_of=lambda r: f"{int(r['gpus']):,} GPUs",
-        x_of=lambda r: scenario_model(r).params / model_unit(rows)[0],
-        xlabel=f"model parameters, {model_unit(rows)[1]} (log scale)",
+        x_of=lambda r: model_params(r) / scale,
+        xlabel=f"model parameters, {unit} (log scale)",
         xticks=_model_ticks,
     )
     return Chart(title(study, rows, "MFU against model size"), panels, note=_empty_note(empty))
