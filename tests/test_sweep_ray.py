@@ -171,12 +171,13 @@ def silent_port():
 
 
 def _sweep_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str) -> str:
-    """The one error line of a Ray sweep joining ``address``, which must come within 20 s."""
+    """The one error line of a Ray sweep joining ``address``; it must come, not hang (a guard
+    of two minutes against a hang, far above the stated wait: no duration is asserted)."""
     study = write(tmp_path, STUDY)
     started = time.monotonic()
     flags = ["--backend", "ray", "--address", address]
     assert main(["sweep", str(study), "--out", str(tmp_path / "r"), *flags]) == 2
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 120
     err = capsys.readouterr().err
     assert err.startswith("planner: error: --address ") and err.count("\n") == 1, err
     return err

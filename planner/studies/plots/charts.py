@@ -75,20 +75,16 @@ NUMBER_SUFFIXES = ("_s", "_gib", "_gbps")
 """Row keys whose values a chart reads as numbers (times, memory, bandwidths, the scenario's
 counts); every other key is shown as text."""
 TEXT_KEYS = ("id", "model", "system", "status")
-SHARE_KEYS = ("mfu", "goodput")
-"""Number keys that are shares of a whole, in [0, 1]."""
+SHARE_KEYS = ("mfu", "goodput")  # shares of a whole, in [0, 1]
 MAX_ROW_NUMBER = 1e18
-"""Largest number a chart takes from a row (the others lie in [0, MAX_ROW_NUMBER]): far past
-any time, memory, bandwidth or count planner writes (limits.MAX_TRAIN_TOKENS is 1e18), and
-far enough inside the floating-point range that axis limits stay finite (a row's 1e308 made
-them infinite)."""
+"""Largest number a chart takes from a row: past anything planner writes (MAX_TRAIN_TOKENS is
+1e18), inside the float range so that axis limits stay finite (a row's 1e308 made them inf)."""
 
 
 def row_problem(row: dict[str, Any]) -> str:
-    """Why a chart cannot place ``row`` ('' if it can): the scenario's names are text, the GPU
-    count and batch whole numbers, every number key a finite number in [0, MAX_ROW_NUMBER]
-    (a share, SHARE_KEYS, in [0, 1]) or empty, and a feasible row (one with a step time) has a
-    positive step time and its MFU."""
+    """Why a chart cannot place ``row`` ('' if it can): names are text, the GPU count and batch
+    whole numbers, each number key empty or in [0, MAX_ROW_NUMBER] ([0, 1]: SHARE_KEYS), and a
+    row with a step time has a positive one and its MFU."""
     for key in TEXT_KEYS:
         if not isinstance(row.get(key), str):
             return f"{key} = {row.get(key)!r} is not a name"
