@@ -190,7 +190,11 @@ def test_a_power_cap_slows_the_step_by_the_accelerators_power_law(
         ("dgx-h100", "100", "--power-cap-w 100: allowed range on system 'dgx-h100' is [175, "),
         ("dgx-h100", "0", "--power-cap-w: 0.0: allowed range is (0, 10000]"),
         ("gb300-nvl72", "1e-09", "--power-cap-w 1e-09: allowed range on system 'gb300-nvl72' is "),
-        ("gb300-nvl72", "5e-324", "(0.25 of its accelerator's tdp_w 1400 W, the lowest limit"),
+        (
+            "gb300-nvl72",
+            "5e-324",
+            "(0.25 of its accelerator's tdp_w 1400 W, about the lowest a driver",
+        ),
     ],
 )
 def test_a_power_cap_without_a_tdp_or_below_its_floor_is_an_input_error(

@@ -115,8 +115,8 @@ class HardwareOverrides(BaseModel):
             raise InputError(
                 f"--power-cap-w {cap_w:g}: allowed range on system {system.name!r} is "
                 f"[{lowest_w:g}, {lim.MAX_POWER_W:g}] W ({lim.MIN_POWER_CAP_FRACTION:g} of its "
-                f"accelerator's tdp_w {accelerator.tdp_w:g} W, the lowest limit nvidia-smi "
-                f"sets{idle})"
+                f"accelerator's tdp_w {accelerator.tdp_w:g} W, about the lowest a driver "
+                f"accepts{idle})"
             )
 
     def _new_offload_tier(self, system: SystemSpec) -> dict[str, Any]:

@@ -117,9 +117,10 @@ MAX_POWER_W = 10_000.0
 """Largest board power (TDP, power limit, idle power) a spec may give, in W per GPU."""
 MIN_POWER_CAP_FRACTION = 0.25
 """Lowest power limit a spec or ``--power-cap-w`` may set, as a share of the accelerator's TDP
-(and above its idle power): the lowest limit ``nvidia-smi -pl`` accepts is about a quarter of
-the TDP (A100 SXM: 100 of 400 W; H100 SXM: 200 of 700 W). Below it the cube law would extrapolate
-to a clock near zero: a cap of 1e-9 W planned steps of hours at 0.0 % MFU."""
+(and above its idle power): a stated planner bound, about the lowest limit NVIDIA's drivers
+accept (recalled, not measured here: A100 SXM 100 of 400 W, H100 SXM 200 of 700 W; nvidia-smi
+reports it as power.min_limit). Below it the cube law would extrapolate to a clock near zero: a
+cap of 1e-9 W planned steps of hours at 0.0 % MFU."""
 MIN_STORAGE_GBPS = 0.01
 """10 MB/s: the slowest checkpoint storage or host link (per node or per GPU) a reliability
 profile may state, a USB 2 stick's speed (the catalog's is 50 GB/s per node). Below it a

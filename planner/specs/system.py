@@ -104,7 +104,7 @@ class AcceleratorSpec(Spec):
             raise ValueError(
                 f"power_cap_w = {self.power_cap_w:g} W: allowed range is [{lowest_w:g}, "
                 f"{lim.MAX_POWER_W:g}] W ({lim.MIN_POWER_CAP_FRACTION:g} of tdp_w "
-                f"{self.tdp_w:g} W, the lowest limit nvidia-smi sets, and above idle_power_w "
+                f"{self.tdp_w:g} W, about the lowest a driver accepts, and above idle_power_w "
                 f"{self.idle_power_w:g} W)"
             )
         return self
