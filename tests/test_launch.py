@@ -564,7 +564,11 @@ def _check_exact_round_trip(fmt: str, problem: tuple) -> None:
     emitted = launch.emit(fmt, model, system, job, strategy)
     back = launch.read(fmt, emitted.text, system)
     assert back.model == model and back.gpus == strategy.gpus and back.strategy is not None
-    assert job.model_copy(update=back.job) == job, (back.job, job)
+    stated = {name: value for name, value in back.job.items() if name != "stack"}
+    assert job.model_copy(update=stated) == job, (back.job, job)
+    # torchtitan's and AxoNN's readers state their framework's stack (issue 50); emit notes
+    # the job's where it differs (planner.launch._stack_note)
+    assert back.job.get("stack", job.stack) in (job.stack, launch.format_module(fmt).STACK)
     ours = evaluate(model, system, job, strategy)
     theirs = evaluate(back.model, system, job, back.strategy)
     assert (theirs.step_time_s, theirs.memory_gib) == (ours.step_time_s, ours.memory_gib)
@@ -661,16 +665,19 @@ def test_evaluate_emit_says_what_reads_back(
     argv = ["evaluate", *REPRODUCER[:-2], *flags, "--zero-stage", "1", "--emit", "torchtitan"]
     payload = _json(capsys, argv)
     text, note = payload["launch"]["text"], payload["launch"]["notes"][-1]
-    assert note.startswith("read back: evaluate --from torchtitan gives ") and "ZeRO-2" in note
+    # the job's stack is megatron-core, the torchtitan reader's torchtitan: the note names it
+    command = "evaluate --from torchtitan --stack megatron-core"
+    assert note.startswith(f"read back: {command} gives ") and "ZeRO-2" in note
     assert f"# note: {note}" in text
     path = tmp_path / "zero1.toml"
     path.write_text(text, encoding="utf-8")
-    back = _json(capsys, ["evaluate", "--from", "torchtitan", str(path), "--system", "dgx-h100"])
+    argv_back = ["evaluate", "--from", "torchtitan", str(path), "--system", "dgx-h100"]
+    back = _json(capsys, [*argv_back, "--stack", "megatron-core"])
     assert f"at {back['estimate']['step_time_s']:.4g} s, not " in note
     assert f"not {payload['estimate']['step_time_s']:.4g} s" in note
     if not as_json:
         assert main(argv) == OK
-        assert "read back: evaluate --from torchtitan gives" in capsys.readouterr().out
+        assert f"read back: {command} gives" in " ".join(capsys.readouterr().out.split())
 
 
 def _refused_cases() -> dict[str, list[str]]:
@@ -748,7 +755,8 @@ def test_plan_emit_round_trips_on_random_problems(fmt: str) -> None:
     )
     def check(name: str, system_name: str, gpus: int, batch: int, seq: int | None) -> None:
         model, system = as_model(name), as_system(system_name)
-        job = JobSpec(global_batch=batch, seq_len=seq)
+        # under the format's own stack, as plan --emit without --stack (issue 50)
+        job = launch.stack_for(fmt, JobSpec(global_batch=batch, seq_len=seq), stated=False)
         result = plan_for(fmt, model, system, job, gpus)
         if result.strategy is None:
             assert result.status == "infeasible"

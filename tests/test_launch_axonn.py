@@ -193,8 +193,11 @@ def test_plan_emit_axonn_reads_back_as_the_plan(
 
 
 def test_plan_emit_axonn_needs_the_axonn_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --stack, --emit axonn plans under axonn (issue 50); another stack is refused."""
     argv = ["plan", *PROBLEM[:-4], "--emit", "axonn"]
-    assert main(argv) == BAD
+    assert main(argv) == OK
+    assert "stack: axonn" in capsys.readouterr().out
+    assert main([*argv, "--stack", "megatron-core"]) == BAD
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--stack axonn" in err
 

@@ -114,7 +114,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     pins = dict(parse_pin(text) for text in args.pin)
     target = PerformanceTarget(max_step_s=args.max_step_time, min_mfu=args.min_mfu)
     if args.emit:  # only what the format runs; its configuration reads back as the plan
+        from planner.launch import stack_for
         from planner.launch.restrict import plan_for
+
+        job = stack_for(args.emit, job, stated=bool(args.stack))
 
         plan = lambda *a, **k: plan_for(args.emit, *a, **k)  # noqa: E731
     result = plan(

@@ -25,7 +25,15 @@ from planner.launch.common import LaunchConfig, Parsed
 from planner.launch.settle import settle
 from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
-__all__ = ["FORMATS", "LaunchConfig", "emit", "format_module", "read", "read_source"]
+__all__ = [
+    "FORMATS",
+    "LaunchConfig",
+    "emit",
+    "format_module",
+    "read",
+    "read_source",
+    "stack_for",
+]
 
 FORMATS: dict[str, ModuleType] = {
     "megatron": megatron,
@@ -33,7 +41,8 @@ FORMATS: dict[str, ModuleType] = {
     "torchtitan": torchtitan,
     "axonn": axonn,
 }
-"""The launch formats by name: each module has ``FORMAT``, ``VERSION``, ``emit``, ``read``,
+"""The launch formats by name: each module has ``FORMAT``, ``VERSION``, ``STACK`` (the stack
+profile its framework runs as, what ``plan --emit`` plans under by default), ``emit``, ``read``,
 ``restriction`` (what it can run, for plan --emit) and ``MISSING_HINT`` (where the
 configuration gives each model dimension)."""
 
@@ -55,9 +64,34 @@ def emit(
     if job.grad_dtype is None:
         job = job.model_copy(update={"grad_dtype": load_stack(job.stack).grad_dtype})
     config = format_module(fmt).emit(model, system, job, strategy)
-    note = _read_back_note(fmt, config, model, system, job, strategy)
-    if note is None:
-        return config
+    for note in (_stack_note(fmt, job), _read_back_note(fmt, config, model, system, job, strategy)):
+        if note is not None:
+            config = _with_note(config, note)
+    return config
+
+
+def stack_for(fmt: str, job: JobSpec, stated: bool) -> JobSpec:
+    """The job ``plan --emit fmt`` plans: under the format's own stack profile (``STACK``)
+    unless the user named one (``stated``), whose profile then stands (emit notes it)."""
+    if stated:
+        return job
+    return job.model_copy(update={"stack": format_module(fmt).STACK})
+
+
+def _stack_note(fmt: str, job: JobSpec) -> str | None:
+    """Which profile the estimate used where it is not the format's own."""
+    own = format_module(fmt).STACK
+    used = load_stack(job.stack).name
+    if used == own:
+        return None
+    return (
+        f"stack: estimated under the {used} profile (the job's --stack), not {own}, the profile "
+        f"of {fmt}'s framework: its step time assumes {used}'s kernels and efficiencies"
+    )
+
+
+def _with_note(config: LaunchConfig, note: str) -> LaunchConfig:
+    """``config`` with ``note`` last among its header's notes and in ``notes``."""
     lines = config.text.split("\n")
     header = next(i for i, line in enumerate(lines) if not line.startswith("#"))
     lines.insert(header, f"# note: {note}")
@@ -74,7 +108,9 @@ def _read_back_note(
 ) -> str | None:
     """What ``config`` reads back as where its step time differs from ``strategy``'s, else
     None (also for a strategy that breaks a rule: nothing to compare): the same cost model
-    evaluates both (planner.queries.evaluate.evaluate)."""
+    evaluates both (planner.queries.evaluate.evaluate), under the job's stack (a reader that
+    states its framework's stack, torchtitan's, is overridden by ``--stack``; _stack_note
+    says where the two differ)."""
     from planner.queries.evaluate import evaluate
 
     try:
@@ -84,13 +120,18 @@ def _read_back_note(
     try:
         back = read(fmt, config.text, system, strategy.gpus, model)
         assert back.strategy is not None  # read gives a strategy or raises
-        theirs = evaluate(model, system, job.model_copy(update=back.job), back.strategy)
+        stated = {name: value for name, value in back.job.items() if name != "stack"}
+        theirs = evaluate(model, system, job.model_copy(update=stated), back.strategy)
     except InputError as error:
         return f"read back: evaluate --from {fmt} refuses it ({error})"
     if theirs.step_time_s == ours:
         return None
+    read_stack = back.job.get("stack", job.stack)
+    command = f"evaluate --from {fmt}" + (
+        f" --stack {job.stack}" if read_stack != job.stack else ""
+    )
     return (
-        f"read back: evaluate --from {fmt} gives {back.strategy.describe()} at "
+        f"read back: {command} gives {back.strategy.describe()} at "
         f"{theirs.step_time_s:.4g} s, not {ours:.4g} s (the notes above say why)"
     )
 

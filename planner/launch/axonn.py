@@ -16,7 +16,9 @@ of its own, from its ``megatron/arguments.py``:
 - ``--num-layers-for-caching-weights-in-depth-tensor-parallel-all-gather`` 0 (planner keeps no
   layer's gathered weights across the step; a reader notes another value and costs it as 0);
 - the rank order is AxoNN's (column, row, depth, pipeline, data: planner's tp-pp-dp), without a
-  flag; flash attention ↔ ``--use-flash-attn`` (examples/run_axonn_amd.sh); Megatron's
+  flag; flash attention ↔ ``--use-flash-attn`` (examples/run_axonn_amd.sh); the fork's
+  architecture flags and its ``export CUDA_DEVICE_MAX_CONNECTIONS=1`` (always: its validate_args
+  raises without it) from planner.launch.architecture; Megatron's
   ``--overlap-grad-reduce`` is rejected by the fork (arguments.py:180-181) and never written.
 
 A configuration read here runs under the ``axonn`` stack (hardware_catalog/stacks/axonn.yaml).
@@ -78,7 +80,7 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
     base = strategy.model_copy(
         update={"placement": "tp-cp-dp-pp", "tp_overlap": False, "dp_overlap": False}
     )
-    config = megatron.emit(model, system, job, base)
+    config = megatron.emit(model, system, job, base, fmt=FORMAT)
     grid = [
         f"{GRID_FLAGS['row']} {s.tp_row}",
         f"{GRID_FLAGS['tp_column']} {s.tp_column}",
@@ -98,10 +100,6 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
             continue
         if body.startswith(f"{megatron.FLAGS['cp']} "):
             continue  # AxoNN's grid has no context parallelism (the rules keep cp = 1)
-        if body == f"{megatron.FLAGS['attention']} flash":
-            line = line.replace(body, FLASH_FLAG)
-        elif body.startswith(f"{megatron.FLAGS['attention']} "):
-            continue  # Megatron-LM's fork default: unfused attention
         lines.append(line)
     notes = list(config.notes)
     if s.dp_overlap:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.errors import InputError
 from planner.specs import (
+    ARCHITECTURE_FIELDS,
     MODEL_NAMING_FIELDS,
     OFFLOAD_KINDS,
     PLACEMENT_CODES,
@@ -31,11 +32,12 @@ from planner.specs import (
 from planner.specs import limits as lim
 from planner.specs.quantities import OFFLOAD_STEPS
 
-NOT_SHAPE_FIELDS = (*MODEL_NAMING_FIELDS, "seq_len")
+NOT_SHAPE_FIELDS = (*MODEL_NAMING_FIELDS, *ARCHITECTURE_FIELDS, "seq_len")
 SHAPE_FIELDS = tuple(name for name in ModelSpec.model_fields if name not in NOT_SHAPE_FIELDS)
 """The ModelSpec fields that make a model's shape (a configuration that gives the same values as
-a catalog model reads as that model): every field but its naming, its sources and its default
-sequence, so a field added to ModelSpec takes part without being listed twice."""
+a catalog model reads as that model): every field but its naming, its sources, its default
+sequence and its architecture (norm, positions, biases: checked apart, planner.launch.settle),
+so a field added to ModelSpec takes part without being listed twice."""
 
 HOST_WORDS = ("host", "cpu", "ddr", "dram")
 MAX_WHOLE = 2**63 - 1
@@ -103,6 +105,9 @@ class Parsed:
     """torchtitan without a global batch: sequences per DP rank (global = this · dp)."""
     dp_multiple: int = 1
     """dp must be a multiple of this (torchtitan's replicate degree, shard degree leftover)."""
+    architecture: dict[str, object] = field(default_factory=dict)
+    """The model's ARCHITECTURE_FIELDS as the configuration states them (settle checks them
+    against the model and builds a model read from its shape with them)."""
     unknown_model: str | None = None
     """Why the configuration's model is not known (an error unless --model is given)."""
     notes: list[str] = field(default_factory=list)

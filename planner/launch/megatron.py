@@ -52,8 +52,10 @@ Mapping (planner knob ↔ flags):
   tensorwise|delayed|mxfp8|blockwise|custom, fp4 e2m1, fp4_recipe nvfp4, first/last 1 by
   default when set). ``--fp16`` reads as 16-bit (bf16). grad_dtype fp32 ↔
   ``--accumulate-allreduce-grads-in-fp32``; bf16 ↔
-  ``--grad-reduce-in-bf16``. attention flash ↔ ``--attention-backend flash``; materialized ↔
-  ``--attention-backend unfused``.
+  ``--grad-reduce-in-bf16``. attention ↔ ``--attention-backend``: the stack profile's kernel,
+  cudnn ``fused``, flash2/flash3 ``flash`` with ``--flash-attention-version`` 2/3; materialized
+  ``unfused`` (planner.launch.architecture; read: flash, fused, auto as flash, the rest
+  materialized).
 - ep ↔ ``--expert-model-parallel-size``; expert_tp ↔ ``--expert-tensor-parallel-size``
   (unset: Megatron-Core's default, the tp size, planner's 0), with ``--moe-token-dispatcher-type
   alltoall``, the dispatcher planner costs.
@@ -68,7 +70,14 @@ Mapping (planner knob ↔ flags):
   --group-query-attention --num-query-groups --kv-channels --swiglu
   --untie-embeddings-and-output-weights --hidden-dropout --attention-dropout
   --padded-vocab-size`` (``--vocab-size``, or the GPT-2 BPE files' 50,257 tokens, are padded
-  to a multiple of ``--make-vocab-size-divisible-by`` × tp as Megatron does).
+  to a multiple of ``--make-vocab-size-divisible-by`` × tp as Megatron does); the architecture
+  ↔ ``--normalization --norm-epsilon --position-embedding-type --rotary-base
+  --disable-bias-linear`` (and ``--rope-type rope`` under latent attention), where they differ
+  from Megatron's defaults (planner.launch.architecture, which the reader checks the model
+  against).
+- environment: ``export CUDA_DEVICE_MAX_CONNECTIONS=1`` before torchrun where Megatron-LM's
+  validate_args asserts it (tp > 1 or cp > 1 without Megatron-FSDP; planner.launch.architecture
+  quotes the assertion).
 
 What ``plan --emit megatron`` searches (``restriction``; planner.launch.restrict): every knob
 above round-trips, but Megatron-Core refuses some combinations, so the plan leaves out
@@ -87,8 +96,9 @@ from __future__ import annotations
 
 import shlex
 
+from hardware_catalog import load_stack
 from planner.errors import InputError
-from planner.launch import shell
+from planner.launch import architecture, shell
 from planner.launch.common import (
     EXPERT_COUNTS,
     LaunchConfig,
@@ -114,6 +124,8 @@ from planner.specs.layouts import megatron_layout_text
 
 FORMAT = "megatron"
 VERSION = "Megatron-LM main @ d98e8a64dd (2026-08-22)"
+STACK = "megatron-core"
+"""The stack profile ``plan --emit megatron`` plans under unless --stack names another."""
 GPT2_BPE_VOCAB = 50257
 """Tokens of the GPT-2 BPE vocabulary (``--vocab-file gpt2-vocab.json``), before padding."""
 
@@ -204,11 +216,15 @@ def restriction(model: ModelSpec, system: SystemSpec, job: JobSpec) -> Restricti
     return megatron_core_restriction(system, placements, cap)
 
 
-def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy) -> LaunchConfig:
+def emit(
+    model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy, fmt: str = FORMAT
+) -> LaunchConfig:
     """The plan as a ``torchrun ... pretrain_gpt.py`` command line: on many nodes with a c10d
     rendezvous at $MASTER_ADDR, the same line on every node (Megatron-LM's
     examples/gpt3/train_gpt3_175b_distributed.sh passes --nnodes and --master_addr the same
-    way), and the Slurm lines that start it there."""
+    way), and the Slurm lines that start it there; the environment the framework asserts is
+    exported first. ``fmt`` ``axonn``: Megatron-AxoNN's architecture, attention and environment
+    (planner.launch.axonn rewrites the parallel flags)."""
     s = strategy
     notes: list[str] = []
     flags: list[tuple[str, object]] = [
@@ -225,6 +241,9 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         flags.append((FLAGS["ffn_kind"], None))
     if not model.tied_embeddings:
         flags.append((FLAGS["tied_embeddings"], None))
+    shape_flags, shape_notes = architecture.megatron_flags(model, fmt)
+    flags += shape_flags
+    notes += shape_notes
     if not model.dropout:
         flags += [("--hidden-dropout", 0), ("--attention-dropout", 0)]
     flags += _latent_attention_flags(model) + _expert_flags(model)
@@ -274,8 +293,13 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         flags.append((FLAGS["grad_dtype"], None))
     else:
         flags.append(("--grad-reduce-in-bf16", None))
-    backend = "flash" if job.attention == "flash" else "unfused"
-    flags.append((FLAGS["attention"], backend))
+    if fmt == "axonn":  # the fork has no --attention-backend (planner.launch.axonn)
+        flags += [("--use-flash-attn", None)] if job.attention == "flash" else []
+    else:
+        kernel = load_stack(job.stack).attention_kernel
+        attention_flags, attention_notes = architecture.megatron_attention(job, kernel)
+        flags += attention_flags
+        notes += attention_notes
     per_node = system.gpus_per_node
     nodes, nproc = node_layout(s.gpus, per_node)
     if s.gpus % per_node:
@@ -289,8 +313,10 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         f"# flags as in {VERSION}; add the data, tokenizer and optimizer flags",
         *(f"# note: {note}" for note in notes),
         *multi_node_comments(nodes, nproc, "bash <this file>"),
-        f"{torchrun(nodes, nproc)} pretrain_gpt.py \\",
     ]
+    if architecture.needs_single_connection(s, fmt):
+        lines.append(f"{architecture.ENV_EXPORT}  # {architecture.env_reason(fmt)}")
+    lines.append(f"{torchrun(nodes, nproc)} pretrain_gpt.py \\")
     body = [f"    {flag}" if value is None else f"    {flag} {value}" for flag, value in flags]
     lines += [line + " \\" for line in body[:-1]] + body[-1:]
     return LaunchConfig(format=FORMAT, text="\n".join(lines) + "\n", notes=notes)
@@ -535,6 +561,7 @@ def read(text: str, system: SystemSpec) -> Parsed:
     _read_offload(args, parsed, system)
     _read_job(args, parsed)
     _read_shape(args, parsed, tp)
+    _read_architecture(args, parsed)
     _read_latent_attention(args, parsed)
     _read_experts(args, parsed)
     for flag, why in NOT_MODELLED.items():
@@ -624,6 +651,7 @@ def _read_job(args: _Args, parsed: Parsed) -> None:
             "reduces gradients in 16 bits (costed as bf16)"
         )
     backend = args.choice(FLAGS["attention"], ("flash", "fused", "unfused", "local", "auto"))
+    args.choice("--flash-attention-version", ("2", "3", "4"))
     if args.has("--use-flash-attn") or backend in ("flash", "fused", "auto"):
         job["attention"] = "flash"
     elif backend is not None:
@@ -659,6 +687,22 @@ def _read_shape(args: _Args, parsed: Parsed, tp: int) -> None:
     shape_vocab = _vocab(args, tp)
     if shape_vocab is not None:
         shape["vocab"] = shape_vocab
+
+
+def _read_architecture(args: _Args, parsed: Parsed) -> None:
+    """Norm, positions and biases (planner.launch.architecture), Megatron's defaults where
+    absent."""
+    position = args.choice("--position-embedding-type", architecture.MEGATRON_POSITION_CHOICES)
+    if args.has("--use-rotary-position-embeddings"):
+        position = "rope"
+    args.choice("--rope-type", ("rope", "yarn"))
+    parsed.architecture = architecture.read_megatron(
+        args.choice("--normalization", tuple(architecture.MEGATRON_NORMS.values())),
+        position,
+        args.number("--norm-epsilon"),
+        args.number("--rotary-base"),
+        args.has("--disable-bias-linear"),
+    )
 
 
 def _read_latent_attention(args: _Args, parsed: Parsed) -> None:

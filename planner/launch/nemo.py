@@ -55,8 +55,9 @@ from typing import Any
 
 import yaml
 
-from hardware_catalog import MAX_SPEC_NODES, SAFE_LOADER, _node_count
+from hardware_catalog import MAX_SPEC_NODES, SAFE_LOADER, _node_count, load_stack
 from planner.errors import InputError
+from planner.launch import architecture
 from planner.launch.common import (
     EXPERT_COUNTS,
     LaunchConfig,
@@ -79,6 +80,9 @@ from planner.specs import JobSpec, ModelSpec, Strategy, SystemSpec
 
 FORMAT = "nemo"
 VERSION = "NeMo 2.6.0rc0 @ 8cfedd7203 (2025-09-20)"
+STACK = "megatron-core"
+"""The stack profile ``plan --emit nemo`` plans under unless --stack names another (NeMo 2
+runs Megatron-Core)."""
 STRATEGY, DDP, MODEL = "trainer.strategy.", "trainer.strategy.ddp.", "model.config."
 
 KEYS: dict[str, str] = {
@@ -147,6 +151,7 @@ KEYS: dict[str, str] = {
     "qk_head_dim": MODEL + "qk_head_dim",
     "rope_head_dim": MODEL + "qk_pos_emb_head_dim",
     "v_head_dim": MODEL + "v_head_dim",
+    **{field: MODEL + key for field, key in architecture.NEMO_KEYS.items()},
 }
 """The knob ↔ key table (dotted recipe attribute paths)."""
 
@@ -227,10 +232,13 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         KEYS["model_seq_len"]: seq_len,
         KEYS["recompute"]: None if s.recompute == "none" else s.recompute,
         KEYS["tp_overlap"]: s.tp_overlap,
-        KEYS["attention"]: "flash" if job.attention == "flash" else "unfused",
+        KEYS["attention"]: _attention_backend(job, notes),
         KEYS["zero_stage"]: s.zero_stage >= 1,
     }
     values |= _expert_values(model, s) | _latent_attention_values(model)
+    shape_values, shape_notes = architecture.nemo_values(model)
+    values |= {MODEL + key: value for key, value in shape_values.items()}
+    notes += shape_notes
     if s.placement == "tp-pp-dp":
         notes.append(
             "placement = tp-pp-dp: set Megatron-Core's use_tp_pp_dp_mapping (no NeMo recipe key)"
@@ -274,17 +282,40 @@ def emit(model: ModelSpec, system: SystemSpec, job: JobSpec, strategy: Strategy)
         f"# planner strategy: {s.describe()}",
         f"# keys as in {VERSION}; apply to {base} (recipe.<key> = value, or key=value on the CLI)",
         *(f"# note: {note}" for note in notes),
-        *_multi_node(recipe, nodes, devices),
+        *_environment(s),
+        *_multi_node(recipe, nodes, devices, architecture.needs_single_connection(s)),
     ]
     body = yaml.dump(_nest(values), Dumper=_Dumper, sort_keys=False, width=100)
     return LaunchConfig(format=FORMAT, text="\n".join(header) + "\n" + body, notes=notes)
 
 
-def _multi_node(recipe: str | None, nodes: int, devices: int) -> list[str]:
+def _attention_backend(job: JobSpec, notes: list[str]) -> str:
+    """model.config.attention_backend for the kernel the job's stack profile costs (Megatron-Core
+    names: planner.launch.architecture.megatron_attention)."""
+    kernel = load_stack(job.stack).attention_kernel
+    flags, attention_notes = architecture.megatron_attention(job, kernel)
+    notes += attention_notes
+    return str(flags[0][1])
+
+
+def _environment(s: Strategy) -> list[str]:
+    """The environment line: CUDA_DEVICE_MAX_CONNECTIONS=1 with tp > 1 or cp > 1 (NeMo's
+    PerfEnvPlugin sets it so before SM100; planner.launch.architecture)."""
+    if not architecture.needs_single_connection(s):
+        return []
+    return [
+        f"# environment: {architecture.ENV_EXPORT} before A100/H100 runs with tp > 1 or cp > 1 "
+        "(NeMo's PerfEnvPlugin sets it; Megatron-Core's TP/CP overlap needs it)"
+    ]
+
+
+def _multi_node(recipe: str | None, nodes: int, devices: int, single: bool = False) -> list[str]:
     """How the recipe runs on ``nodes`` nodes: NeMo-Run's Slurm executor, one task per GPU, as
-    NeMo's scripts/llm/pretraining.py --slurm builds it (at 8cfedd7203)."""
+    NeMo's scripts/llm/pretraining.py --slurm builds it (at 8cfedd7203); ``single``: with the
+    executor's CUDA_DEVICE_MAX_CONNECTIONS=1 (_environment)."""
     if nodes == 1:
         return []
+    env = ', env_vars={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}' if single else ""
     factory = f"llm.{recipe}.pretrain_recipe" if recipe else "your pretrain recipe"
     return [
         f"# {nodes} nodes × {devices} GPUs under Slurm, with NeMo-Run (as NeMo's "
@@ -292,7 +323,7 @@ def _multi_node(recipe: str | None, nodes: int, devices: int) -> list[str]:
         f"#   recipe = {factory}(num_nodes={nodes}, num_gpus_per_node={devices}); set the keys "
         "below on it",
         f"#   executor = run.SlurmExecutor(account=..., partition=..., nodes={nodes}, "
-        f'ntasks_per_node={devices}, gpus_per_node={devices}, exclusive=True, mem="0")',
+        f'ntasks_per_node={devices}, gpus_per_node={devices}, exclusive=True, mem="0"{env})',
         "#   run.run(recipe, executor=executor)",
     ]
 
@@ -452,6 +483,16 @@ def read(text: str, system: SystemSpec) -> Parsed:
     _read_offload(keys, parsed, system)
     _read_job(keys, parsed)
     _read_shape(keys, parsed)
+    parsed.architecture = architecture.read_nemo(
+        {
+            "norm": keys.choice("norm", tuple(architecture.MEGATRON_NORMS.values())),
+            "norm_eps": keys.get("norm_eps", float),
+            "position_embedding": keys.choice("position_embedding", ("learned_absolute", "rope")),
+            "rope_base": keys.get("rope_base", float),
+            "linear_bias": keys.get("linear_bias", bool),
+        }
+    )
+    keys.choice("rope_type", ("rope", "yarn"))
     _read_latent_attention(keys, parsed)
     _read_experts(keys, parsed)
     parsed.unsupported = [key for key in keys.flat if key not in keys.read]

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 import hardware_catalog
 from planner.errors import InputError, describe_validation_error
+from planner.launch.architecture import mismatch_note
 from planner.launch.common import SHAPE_FIELDS, LaunchConfig, Parsed, in_range, positive
 from planner.specs import (
     ModelSpec,
@@ -36,8 +37,9 @@ def settle(
     missing_hint: dict[str, str],
 ) -> LaunchConfig:
     """Finish a read: the model (``model`` wins over the configuration's shape, with a note when
-    they differ), the GPU count (``gpus`` or the configuration's; they must agree), dp and the
-    interleave; every contradiction is an InputError of one line."""
+    they differ, and another where the configuration's architecture differs from the model's),
+    the GPU count (``gpus`` or the configuration's; they must agree), dp and the interleave;
+    every contradiction is an InputError of one line."""
     notes = list(parsed.notes)
     where = f"{parsed.fmt} configuration"
     if model is None and parsed.unknown_model:
@@ -55,6 +57,9 @@ def settle(
                 f"model: --model {model.name} wins over the configuration's shape "
                 f"({', '.join(differ)})"
             )
+    architecture = mismatch_note(parsed.architecture, model, parsed.fmt)
+    if architecture is not None:
+        notes.append(architecture)
     if gpus is not None and parsed.gpus is not None and gpus != parsed.gpus:
         raise InputError(f"--gpus = {gpus} contradicts the {where}: {parsed.gpus_from}")
     gpus = gpus if gpus is not None else parsed.gpus
@@ -139,7 +144,7 @@ def _model_from_shape(parsed: Parsed, missing_hint: dict[str, str]) -> ModelSpec
                 f"({missing_hint.get(name, name)}): add it or pass --model"
             )
     try:
-        spec = ModelSpec(name=f"{parsed.fmt}-config", **parsed.shape)
+        spec = ModelSpec(name=f"{parsed.fmt}-config", **parsed.shape, **parsed.architecture)
     except ValidationError as error:
         raise InputError(describe_validation_error(error, f"{parsed.fmt} configuration")) from None
     return match_catalog(spec)

@@ -80,6 +80,8 @@ from planner.specs import limits as lim
 
 FORMAT = "torchtitan"
 VERSION = "torchtitan v0.2.2 @ 73a0e6979 (2026-02-20)"
+STACK = "torchtitan"
+"""The stack profile ``plan --emit torchtitan`` plans under unless --stack names another."""
 
 KEYS: dict[str, str] = {
     "model": "model.name",
@@ -407,7 +409,8 @@ class _Keys:
 
 
 def read(text: str, system: SystemSpec) -> Parsed:
-    """A torchtitan job TOML."""
+    """A torchtitan job TOML; the job runs under the torchtitan stack profile (``STACK``) unless
+    the command names another (--stack)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -416,6 +419,7 @@ def read(text: str, system: SystemSpec) -> Parsed:
         raise InputError("torchtitan job config: nested too deeply") from None
     keys = _Keys(data)
     parsed = Parsed(fmt=FORMAT)
+    parsed.job["stack"] = STACK
     tp = in_range(f"torchtitan key {KEYS['tp']}", keys.get("tp", int, 1), 1, lim.MAX_GPUS)
     pp = in_range(f"torchtitan key {KEYS['pp']}", keys.get("pp", int, 1), 1, lim.MAX_LAYERS)
     parsed.knobs = {

@@ -16,7 +16,7 @@ for the transformer quantities; Megatron-LM for the constraints between strategy
 
 from planner.specs.base import Spec
 from planner.specs.job import DEFAULT_STACK, AttentionKernel, GradDtype, JobSpec, StackProfile
-from planner.specs.model import MODEL_NAMING_FIELDS, FfnKind, ModelSpec
+from planner.specs.model import ARCHITECTURE_FIELDS, MODEL_NAMING_FIELDS, FfnKind, ModelSpec
 from planner.specs.precision import PeakFormat, Precision, PrecisionRecipe
 from planner.specs.reliability import (
     DEFAULT_RELIABILITY,
@@ -47,6 +47,7 @@ from planner.specs.system import (
 __all__ = [
     "DEFAULT_RELIABILITY",
     "DEFAULT_STACK",
+    "ARCHITECTURE_FIELDS",
     "MODEL_NAMING_FIELDS",
     "OFFLOAD_KINDS",
     "PLACEMENT_CODES",

@@ -11,10 +11,18 @@ from planner.specs import limits as lim
 from planner.specs.base import Spec
 
 FfnKind = Literal["gelu", "swiglu"]
+NormKind = Literal["layernorm", "rmsnorm"]
+PositionEmbedding = Literal["learned", "rope", "alibi", "relative"]
 
 
 MODEL_NAMING_FIELDS = ("name", "description", "aliases", "sources")
 """The ModelSpec fields that name and document a model rather than shape it."""
+
+ARCHITECTURE_FIELDS = ("norm", "norm_eps", "position_embedding", "rope_base", "linear_bias")
+"""The ModelSpec fields a launch file must state for the framework to build this model, but
+that planner's cost model does not distinguish (a norm's or a bias's few parameters per block;
+positions cost nothing it counts): the launch writers emit them (planner.launch.architecture)
+and the readers check them against the model."""
 
 
 class ModelSpec(Spec):
@@ -36,6 +44,12 @@ class ModelSpec(Spec):
     and up again per head; queries likewise through ``q_lora_rank`` (0: a direct projection).
     Query and key heads are ``head_dim`` + ``rope_head_dim`` wide, value heads ``v_head_dim``
     (0: ``head_dim``); no biases.
+
+    Architecture (ARCHITECTURE_FIELDS, for the launch files): ``norm`` (``layernorm`` or
+    ``rmsnorm``) with epsilon ``norm_eps``; ``position_embedding`` ``learned`` (absolute, GPT),
+    ``rope`` (rotary, base ``rope_base``), ``alibi`` (BLOOM) or ``relative`` (Gopher);
+    ``linear_bias`` whether the attention and FFN matrices have biases. The defaults are GPT's
+    (and Megatron-LM's): LayerNorm, ε 1e-5, learned positions, biases.
     """
 
     name: str = "custom"
@@ -66,6 +80,12 @@ class ModelSpec(Spec):
     q_lora_rank: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)
     rope_head_dim: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)
     v_head_dim: int = Field(default=0, ge=0, le=lim.MAX_HIDDEN)  # 0: head_dim
+    norm: NormKind = "layernorm"
+    norm_eps: float = Field(default=1e-5, gt=0, lt=1)
+    position_embedding: PositionEmbedding = "learned"
+    rope_base: float = Field(default=10000.0, gt=1, le=1e12)
+    """RoPE's base θ (rope_theta), with ``position_embedding: rope``."""
+    linear_bias: bool = True
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
 

@@ -4,6 +4,7 @@
 # 128 nodes × 8 GPUs: run the torchrun line on every node, MASTER_ADDR the first node's address; under Slurm (sbatch --nodes 128 --ntasks-per-node 1 --gpus-per-node 8):
 #   export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)
 #   srun --nodes 128 --ntasks-per-node 1 bash <this file>
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-LM's validate_args asserts it with tp > 1 or cp > 1 before Blackwell
 torchrun --nnodes 128 --nproc-per-node 8 --rdzv-id planner --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 pretrain_gpt.py \
     --num-layers 96 \
     --hidden-size 12288 \
@@ -23,4 +24,4 @@ torchrun --nnodes 128 --nproc-per-node 8 --rdzv-id planner --rdzv-backend c10d -
     --overlap-grad-reduce \
     --bf16 \
     --accumulate-allreduce-grads-in-fp32 \
-    --attention-backend flash
+    --attention-backend fused

@@ -10,6 +10,10 @@ torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py \
     --num-query-groups 8 \
     --swiglu \
     --untie-embeddings-and-output-weights \
+    --normalization RMSNorm \
+    --position-embedding-type rope \
+    --rotary-base 500000 \
+    --disable-bias-linear \
     --hidden-dropout 0 \
     --attention-dropout 0 \
     --padded-vocab-size 128256 \
@@ -27,4 +31,4 @@ torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py \
     --use-precision-aware-optimizer \
     --bf16 \
     --accumulate-allreduce-grads-in-fp32 \
-    --attention-backend flash
+    --attention-backend fused
