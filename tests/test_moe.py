@@ -208,7 +208,7 @@ def test_torchtitan_job_of_deepseek_v3_reads_back_as_the_same_model_and_strategy
     """torchtitan's deepseek_v3 671B flavor is the catalog model; FSDP2 (ZeRO-3) with expert
     parallelism over part of dp·cp·tp (expert TP 1) and uneven stages round-trip exactly."""
     model, system = as_model("deepseek-v3"), as_system("hgx-h800")
-    job = JobSpec(global_batch=15360, seq_len=4096)
+    job = JobSpec(global_batch=15360, seq_len=4096, stack="torchtitan")
     strategy = Strategy(
         tp=2, cp=2, pp=16, dp=32, ep=16, expert_tp=1, sequence_parallel=True, zero_stage=3,
         stage_layers=(4,) * 15 + (1,),
