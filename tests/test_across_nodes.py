@@ -87,23 +87,28 @@ def test_what_a_stack_does_not_run_is_a_clear_error_and_not_searched() -> None:
     assert result.strategy.interleave == 1 and result.strategy.zero_stage <= 1
 
 
+def _range(ctx: CostContext, knobs: Knobs, gpus: int):
+    """step_range of ``knobs`` with its step under ``ctx`` evaluated first."""
+    return step_range(ctx, knobs, gpus, float(evaluate_terms(ctx, knobs).step_time_s))
+
+
 def test_the_range_widens_with_traffic_across_nodes_and_beyond_the_calibration() -> None:
     """Inside one node nothing crosses a domain: ±the stack's error. Across nodes the network
     part opens it; past the stack's calibrated GPU count the upper end grows per doubling; a
     stack with borrowed constants doubles the error."""
     core = _ctx("megatron-core")
-    inside = step_range(core, Knobs.of(tp=8, pp=1, dp=1, micro_batch=1), 8)
+    inside = _range(core, Knobs.of(tp=8, pp=1, dp=1, micro_batch=1), 8)
     assert inside.network_share == pytest.approx(0.0, abs=1e-12)
     assert inside.low_s == pytest.approx(inside.nominal_s * (1 - STACK_ERROR))
     assert inside.high_s == pytest.approx(inside.nominal_s * (1 + STACK_ERROR))
-    across = step_range(core, Knobs.of(tp=16, pp=4, dp=1, micro_batch=1), 64)
+    across = _range(core, Knobs.of(tp=16, pp=4, dp=1, micro_batch=1), 64)
     assert across.network_share > 0.01 and len(across.reasons) == 2
     assert across.high_s > across.nominal_s * (1 + STACK_ERROR)
-    huge = step_range(core, Knobs.of(tp=8, pp=1, dp=4 * 11616 // 8, micro_batch=1), 4 * 11616)
+    huge = _range(core, Knobs.of(tp=8, pp=1, dp=4 * 11616 // 8, micro_batch=1), 4 * 11616)
     assert any("beyond the 11,616" in reason for reason in huge.reasons)
     ratio = huge.high_s / (huge.nominal_s * (1 + huge.network_share) * (1 + STACK_ERROR))
     assert ratio == pytest.approx(1 + 2 * EXTRAPOLATION_PER_DOUBLING, rel=1e-6)
-    borrowed = step_range(_ctx("nanotron"), Knobs.of(tp=8, pp=1, dp=1, micro_batch=1), 8)
+    borrowed = _range(_ctx("nanotron"), Knobs.of(tp=8, pp=1, dp=1, micro_batch=1), 8)
     assert borrowed.high_s == pytest.approx(borrowed.nominal_s * (1 + 2 * STACK_ERROR))
 
 

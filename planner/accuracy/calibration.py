@@ -41,9 +41,10 @@ import hardware_catalog
 from planner.accuracy.validation import Dataset, MeasuredRun, resolve
 from planner.cost.context import CostContext
 from planner.cost.knobs import Knobs
+from planner.cost.parallel_comm import group_spans
 from planner.cost.step import evaluate_terms
 from planner.errors import InputError
-from planner.specs import JobSpec, ModelSpec, StackProfile, SystemSpec
+from planner.specs import PLACEMENT_CODES, JobSpec, ModelSpec, StackProfile, SystemSpec
 from planner.specs.quantities import CALIBRATED_PARAMETERS as PARAMETERS
 
 Progress = Callable[[str], None]
@@ -230,17 +231,14 @@ def transferred_gemm_efficiency(fits: dict[str, tuple[int, dict[str, float]]]) -
 
 def crossing_runs(runs: Sequence[MeasuredRun]) -> dict[str, int]:
     """How many runs send each kind of traffic across a scale-up domain (a node): {"tp": ...,
-    "pp": ..., "dp": ...}, by the rank order's group spans (TP innermost, then CP, then DP, then
-    PP; the pipeline inside DP under --use-tp-pp-dp-mapping)."""
+    "pp": ..., "dp": ...}, by the rank order's group spans (parallel_comm.group_spans)."""
     counts = {"tp": 0, "pp": 0, "dp": 0}
     for run in runs:
         _, system = resolve(run)
         domain = system.network_tiers[0].domain_gpus or run.gpus
         s = run.strategy
-        inner = s.tp * s.cp
-        pp_inside = s.placement == "tp-pp-dp"
-        dp_span = inner * s.dp * (s.pp if pp_inside else 1)
-        pp_span = inner * s.pp * (1 if pp_inside else s.dp)
+        spans = group_spans(s.tp, s.cp, s.pp, s.dp, PLACEMENT_CODES[s.placement])
+        dp_span, pp_span = (int(span) for span in spans)
         counts["tp"] += s.tp > domain
         counts["pp"] += s.pp > 1 and pp_span > domain
         counts["dp"] += s.dp * s.cp > 1 and dp_span > domain

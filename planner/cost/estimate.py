@@ -194,7 +194,9 @@ def build_estimate(
             s.pp,
             _scalar(terms.micro_batches),
         )
-    ranged = None if strategy is None else step_range(ctx, Knobs.from_strategy(strategy), gpus)
+    ranged = (
+        None if strategy is None else step_range(ctx, Knobs.from_strategy(strategy), gpus, step)
+    )
     return Estimate(
         step_time_s=step,
         mfu=_scalar(terms.mfu),

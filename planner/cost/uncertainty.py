@@ -57,15 +57,19 @@ class StepRange(BaseModel):
     reasons: list[str]
 
 
-def step_range(ctx: CostContext, knobs: Knobs, gpus: int) -> StepRange:
-    """The range of the module docstring for one strategy (``knobs``) on ``gpus`` GPUs."""
-    nominal = float(evaluate_terms(replace(ctx, network_scale=1.0), knobs).step_time_s)
-    slow = float(
-        evaluate_terms(replace(ctx, network_scale=ROBUST_NETWORK_SCALE), knobs).step_time_s
-    )
-    fast = float(
-        evaluate_terms(replace(ctx, network_scale=1 / ROBUST_NETWORK_SCALE), knobs).step_time_s
-    )
+def step_range(ctx: CostContext, knobs: Knobs, gpus: int, step_s: float) -> StepRange:
+    """The range of the module docstring for one strategy (``knobs``) on ``gpus`` GPUs, whose
+    step under ``ctx`` (its own network_scale) is ``step_s``: that step is not evaluated
+    again."""
+
+    def step_at(scale: float) -> float:
+        if scale == ctx.network_scale:
+            return step_s
+        return float(evaluate_terms(replace(ctx, network_scale=scale), knobs).step_time_s)
+
+    nominal = step_at(1.0)
+    slow = step_at(ROBUST_NETWORK_SCALE)
+    fast = step_at(1 / ROBUST_NETWORK_SCALE)
     calibrated = ctx.stack.calibrated_gpus
     error = STACK_ERROR if calibrated else 2 * STACK_ERROR
     reasons = [
